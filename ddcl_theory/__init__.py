@@ -1,0 +1,18 @@
+"""ddcl-theory: DDCL-Attention and Laplacian heads, and the checks behind the book."""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+__all__ = ["DDCLAttention", "LaplacianAttention", "__version__"]
+
+
+def __getattr__(name: str):
+    # Lazy so that `import ddcl_theory.claims` stays light and independent modules can land one
+    # at a time.
+    if name == "DDCLAttention":
+        from .layers.ddcl import DDCLAttention
+        return DDCLAttention
+    if name == "LaplacianAttention":
+        from .layers.laplacian import LaplacianAttention
+        return LaplacianAttention
+    raise AttributeError(f"module 'ddcl_theory' has no attribute {name!r}")

@@ -1,0 +1,97 @@
+"""Pure tensor functions of DDCL-Attention: distances, soft assignments, loss terms.
+
+Notation (the book's): tokens z (N, d), prototypes p (K, d) as rows, temperature tau > 0,
+d_nk = ||z_n - p_k||^2, q_nk = softmax_k(-d_nk / tau), mu_n = sum_k q_nk p_k.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+Temperature = float | Tensor
+
+
+def _work_dtype(dtype: torch.dtype) -> torch.dtype:
+    """float64 stays float64; everything else (float32, float16, bfloat16) computes in float32."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def check_temperature(temperature: Temperature, name: str = "temperature") -> None:
+    """Raise ``ValueError`` unless the temperature is a finite positive scalar."""
+    t = temperature.detach() if isinstance(temperature, Tensor) else torch.tensor(float(temperature))
+    if t.numel() != 1:
+        raise ValueError(f"{name}: expected a scalar, got shape {tuple(t.shape)}")
+    if not bool(torch.isfinite(t)) or float(t) <= 0:
+        raise ValueError(f"{name}: expected a finite value > 0, got {float(t)!r}")
+
+
+def _check_pair(z: Tensor, prototypes: Tensor) -> None:
+    if z.dim() != 2:
+        raise ValueError(f"z: expected shape (N, d), got {tuple(z.shape)}")
+    if prototypes.dim() != 2 or prototypes.shape[0] < 1:
+        raise ValueError(f"prototypes: expected shape (K, d) with K >= 1, got {tuple(prototypes.shape)}")
+    if z.shape[1] != prototypes.shape[1]:
+        raise ValueError(f"prototypes: feature size {prototypes.shape[1]} does not match "
+                         f"z's {z.shape[1]}")
+
+
+def squared_distances(z: Tensor, prototypes: Tensor) -> Tensor:
+    """d_nk = ||z_n - p_k||^2, shape (N, K), through one matrix product, clamped at 0.
+
+    Computed in float32 (float64 for float64 inputs). Both arguments are shifted by the
+    (detached) prototype mean first: distances are translation invariant and the shift keeps
+    the expansion ||z||^2 - 2 z.p + ||p||^2 accurate for data far from the origin.
+    """
+    _check_pair(z, prototypes)
+    work = _work_dtype(torch.promote_types(z.dtype, prototypes.dtype))
+    z, p = z.to(work), prototypes.to(work)
+    centre = p.mean(dim=0, keepdim=True).detach()
+    z, p = z - centre, p - centre
+    d = (z * z).sum(-1, keepdim=True) - 2.0 * (z @ p.T) + (p * p).sum(-1).unsqueeze(0)
+    return d.clamp_min(0.0)
+
+
+def soft_assign(z: Tensor, prototypes: Tensor, temperature: Temperature) -> Tensor:
+    """q (N, K): softmax over prototypes of -||z_n - p_k||^2 / temperature.
+
+    The softmax runs in float32/float64 even under autocast; the result has z's dtype.
+    """
+    check_temperature(temperature)
+    d = squared_distances(z, prototypes)
+    tau = temperature.to(d.dtype) if isinstance(temperature, Tensor) else temperature
+    with torch.autocast(device_type=d.device.type, enabled=False):
+        q = torch.softmax(-d / tau, dim=-1)
+    return q.to(z.dtype)
+
+
+def soft_centroid(q: Tensor, prototypes: Tensor) -> Tensor:
+    """mu (N, d) = q @ prototypes: the per-token convex combination of prototypes."""
+    if q.dim() != 2 or q.shape[1] != prototypes.shape[0]:
+        raise ValueError(f"q: expected shape (N, {prototypes.shape[0]}), got {tuple(q.shape)}")
+    return q.to(prototypes.dtype) @ prototypes
+
+
+def loss_terms(z: Tensor, prototypes: Tensor, q: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """(l_q, l_ols, v), each a mean over the N tokens, for any q on the simplex.
+
+    l_q = sum_k q_nk ||z_n - p_k||^2, l_ols = ||z_n - mu_n||^2, v = sum_k q_nk ||p_k - mu_n||^2.
+    With an empty batch (N = 0) all three are 0.
+    """
+    _check_pair(z, prototypes)
+    if q.shape != (z.shape[0], prototypes.shape[0]):
+        raise ValueError(f"q: expected shape ({z.shape[0]}, {prototypes.shape[0]}), "
+                         f"got {tuple(q.shape)}")
+    work = _work_dtype(torch.promote_types(z.dtype, prototypes.dtype))
+    z, p, q = z.to(work), prototypes.to(work), q.to(work)
+    n = z.shape[0]
+    if n == 0:
+        zero = z.new_zeros(())
+        return zero, zero, zero
+    centre = p.mean(dim=0, keepdim=True).detach()
+    pc = p - centre
+    mu_c = q @ pc                      # soft centroid, shifted
+    l_q = (q * squared_distances(z, p)).sum() / n
+    l_ols = ((z - centre - mu_c) ** 2).sum() / n
+    # sum_k q_k ||p_k - mu||^2 = sum_k q_k ||p_k - c||^2 - ||mu - c||^2 for any centre c
+    v = ((q * (pc * pc).sum(-1)).sum() - (mu_c * mu_c).sum()) / n
+    return l_q, l_ols, v

@@ -1,0 +1,1 @@
+"""nn.Modules: DDCL-Attention (ddcl.py) and Laplacian attention (laplacian.py)."""

@@ -1,0 +1,83 @@
+"""The one profile switch, device choice and seeding.
+
+Every experiment reads its scale from :func:`current` and nowhere else. The profile is chosen by
+the environment variable ``DDCL_PROFILE``:
+
+* ``cpu`` (default): everything runs on CPU in minutes; the committed goldens use it.
+* ``paper``: paper-scale settings on a GPU (``cuda`` when available).
+"""
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass
+from typing import TypeVar
+
+import numpy as np
+import torch
+
+PROFILE_ENV = "DDCL_PROFILE"
+PROFILES = ("cpu", "paper")
+DEFAULT_PROFILE = "cpu"
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Profile:
+    """The active run profile.
+
+    Attributes:
+        name: ``"cpu"`` or ``"paper"``.
+        device: torch device string the experiments use.
+    """
+
+    name: str
+    device: str
+
+    @property
+    def is_paper(self) -> bool:
+        return self.name == "paper"
+
+    def pick(self, *, cpu: T, paper: T) -> T:
+        """Return the value for this profile: ``profile.pick(cpu=3, paper=10)``."""
+        return paper if self.is_paper else cpu
+
+
+def current() -> Profile:
+    """Read the profile from ``DDCL_PROFILE``; raise on an unknown name."""
+    name = os.environ.get(PROFILE_ENV, DEFAULT_PROFILE).strip().lower() or DEFAULT_PROFILE
+    if name not in PROFILES:
+        raise ValueError(f"{PROFILE_ENV}={name!r}: expected one of {PROFILES}")
+    if name == "paper" and torch.cuda.is_available():
+        device = "cuda"
+    else:
+        device = "cpu"
+    return Profile(name=name, device=device)
+
+
+def require(name: str) -> Profile:
+    """Return the current profile, raising ``RuntimeError`` unless it is ``name``."""
+    prof = current()
+    if prof.name != name:
+        raise RuntimeError(
+            f"this run needs the {name!r} profile but {PROFILE_ENV}={prof.name!r}; "
+            f"the committed goldens were recorded under 'cpu'"
+        )
+    return prof
+
+
+def seed_everything(seed: int) -> torch.Generator:
+    """Seed python, numpy and torch; return a torch generator seeded with ``seed``."""
+    if not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed: expected a non-negative int, got {seed!r}")
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)
+    return torch.Generator().manual_seed(seed)
+
+
+def describe() -> str:
+    """One line naming the profile, for the first cell of every notebook."""
+    prof = current()
+    return f"profile={prof.name} device={prof.device} torch={torch.__version__.split('+')[0]}"

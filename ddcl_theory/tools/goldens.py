@@ -1,0 +1,111 @@
+"""Write and check the executed ``.ipynb`` goldens of the jupytext sources in ``notebooks/``.
+
+The MyST-markdown sources are the truth. ``write`` executes a source with nbclient and stores
+the golden beside it with stable cell ids and no timing metadata; ``check`` fails when a
+golden is missing or its cells differ from its source (a stale golden).
+
+    python -m ddcl_theory.tools.goldens write [NAME ...]   # all sources when no name is given
+    python -m ddcl_theory.tools.goldens check
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import jupytext
+import nbformat
+from nbclient import NotebookClient
+
+from ..paths import repo_root
+
+CELL_TIMEOUT_S = 1800
+
+
+def notebooks_dir() -> Path:
+    root = repo_root()
+    if root is None:
+        raise RuntimeError("goldens: run from a checkout (no _toc.yml found above the package)")
+    return root / "notebooks"
+
+
+def sources(names: list[str] | None = None) -> list[Path]:
+    """The jupytext sources (``notebooks/*.md``), optionally only those whose stem starts with a name."""
+    found = sorted(notebooks_dir().glob("*.md"))
+    if names:
+        found = [p for p in found if any(p.stem.startswith(n) for n in names)]
+        if not found:
+            raise SystemExit(f"no source matches {names}")
+    return found
+
+
+def golden_path(source: Path) -> Path:
+    return source.with_suffix(".ipynb")
+
+
+def _comparable(nb: nbformat.NotebookNode) -> list[tuple[str, str]]:
+    return [(c.cell_type, c.source.strip()) for c in nb.cells]
+
+
+def normalise(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """Stable cell ids, no timing or jupytext-private metadata."""
+    for i, cell in enumerate(nb.cells):
+        cell["id"] = f"cell-{i:03d}"
+        cell.metadata.pop("execution", None)
+        cell.metadata.pop("ExecuteTime", None)
+    nb.metadata.pop("jupytext", None)
+    nb.metadata.pop("widgets", None)
+    nb.nbformat, nb.nbformat_minor = 4, 5
+    return nb
+
+
+def write(source: Path) -> float:
+    """Execute ``source`` in its own folder and write its golden; return seconds taken."""
+    nb = jupytext.read(source)
+    start = time.perf_counter()
+    NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
+                   resources={"metadata": {"path": str(source.parent)}}).execute()
+    elapsed = time.perf_counter() - start
+    nbformat.write(normalise(nb), golden_path(source))
+    return elapsed
+
+
+def check(paths: list[Path] | None = None) -> list[str]:
+    """Problems found: missing goldens, goldens whose cells differ from their source."""
+    problems = []
+    for source in paths or sources():
+        golden = golden_path(source)
+        if not golden.is_file():
+            problems.append(f"{golden.name}: missing (run: python -m ddcl_theory.tools.goldens write {source.stem})")
+            continue
+        want, have = _comparable(jupytext.read(source)), _comparable(nbformat.read(golden, 4))
+        if want != have:
+            diff = next((i for i, (a, b) in enumerate(zip(want, have)) if a != b), min(len(want), len(have)))
+            problems.append(f"{golden.name}: stale, first differing cell {diff} "
+                            f"(run: python -m ddcl_theory.tools.goldens write {source.stem})")
+        elif any(o.get("output_type") == "error" for c in nbformat.read(golden, 4).cells
+                 for o in c.get("outputs", [])):
+            problems.append(f"{golden.name}: stores an error output")
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=["write", "check"])
+    parser.add_argument("names", nargs="*", help="source stems or prefixes, e.g. 02 or 02_decomposition")
+    args = parser.parse_args(argv)
+    if args.command == "write":
+        for source in sources(args.names):
+            print(f"executing {source.name} ...", flush=True)
+            print(f"  wrote {golden_path(source).name} in {write(source):.0f} s", flush=True)
+        return 0
+    problems = check(sources(args.names) if args.names else None)
+    for p in problems:
+        print(p)
+    print("goldens: ok" if not problems else f"goldens: {len(problems)} problem(s)")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
