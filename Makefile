@@ -18,10 +18,10 @@ book-strict: setup
 
 ## Unit, property and notebook regression (nbval on every golden) tests.
 test: setup
-	$(VENV)/python -m pytest tests notebooks $(NBVAL)
+	$(VENV)/python -m pytest tests notebooks $(NBVAL) -m "not browser"
 
 unit: setup
-	$(VENV)/python -m pytest tests
+	$(VENV)/python -m pytest tests -m "not browser"
 
 ## Re-execute the sources and rewrite the goldens (maintainers, after changing a chapter).
 goldens: setup

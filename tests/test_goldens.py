@@ -1,0 +1,50 @@
+"""Goldens: one executed .ipynb per jupytext source, never stale, nothing machine-specific."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import yaml
+
+from ddcl_theory.tools import goldens
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _toc_files() -> list[str]:
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [toc["root"]]
+    for part in toc.get("parts", []):
+        files += [ch["file"] for ch in part["chapters"]]
+    return files
+
+
+def test_every_golden_matches_its_source():
+    assert goldens.check() == []
+
+
+def test_every_chapter_in_the_toc_exists_with_a_golden():
+    for entry in _toc_files():
+        if entry.startswith("notebooks/"):
+            assert (ROOT / f"{entry}.md").is_file(), entry
+            assert (ROOT / f"{entry}.ipynb").is_file(), entry
+        else:
+            assert (ROOT / f"{entry}.md").is_file(), entry
+
+
+def test_sphinx_reads_sources_not_goldens():
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    assert "**/*.ipynb" in config["exclude_patterns"]
+
+
+def test_goldens_carry_no_timing_no_paths_no_errors():
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        assert not re.search(r"/(work|root|home|tmp)/", text), f"{path.name}: machine path in outputs"
+        for i, cell in enumerate(nb["cells"]):
+            assert cell["id"] == f"cell-{i:03d}", f"{path.name}: unstable cell id"
+            assert "execution" not in cell.get("metadata", {}), f"{path.name}: timing metadata"
+            for out in cell.get("outputs", []):
+                assert out["output_type"] != "error", f"{path.name}: cell {i} stores an error"

@@ -1,0 +1,39 @@
+"""The one profile switch and the seeding helper."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from ddcl_theory import profile
+
+
+def test_default_profile_is_cpu(monkeypatch):
+    monkeypatch.delenv(profile.PROFILE_ENV, raising=False)
+    prof = profile.current()
+    assert prof.name == "cpu" and prof.device == "cpu"
+    assert prof.pick(cpu=1, paper=2) == 1
+
+
+def test_paper_profile_picks_paper_values(monkeypatch):
+    monkeypatch.setenv(profile.PROFILE_ENV, "paper")
+    prof = profile.current()
+    assert prof.is_paper and prof.pick(cpu=1, paper=2) == 2
+    with pytest.raises(RuntimeError, match="'cpu' profile"):
+        profile.require("cpu")
+
+
+def test_unknown_profile_is_an_error(monkeypatch):
+    monkeypatch.setenv(profile.PROFILE_ENV, "gpu")
+    with pytest.raises(ValueError, match="DDCL_PROFILE"):
+        profile.current()
+
+
+def test_seed_everything_repeats_draws():
+    profile.seed_everything(7)
+    a = (torch.randn(3), np.random.rand(3))
+    profile.seed_everything(7)
+    b = (torch.randn(3), np.random.rand(3))
+    assert torch.equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+    with pytest.raises(ValueError, match="seed"):
+        profile.seed_everything(-1)
