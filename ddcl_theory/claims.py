@@ -227,8 +227,12 @@ def write_claims_json(ledger: list[dict], path: Path | None = None) -> Path:
     return path
 
 
-def ledger_markdown(ledger: list[dict], *, link_prefix: str = "") -> str:
-    """The ledger as a Markdown table; evidence links to the settling page."""
+def ledger_markdown(ledger: list[dict]) -> str:
+    """The ledger as a MyST Markdown table; evidence links to the settling page.
+
+    Links are document links relative to ``notebooks/`` (where the ledger page lives), so the
+    nitpicky book build checks that each one resolves.
+    """
     def cell(text: str | None) -> str:
         return (text or "").replace("|", "\\|").replace("\n", " ")
 
@@ -237,7 +241,7 @@ def ledger_markdown(ledger: list[dict], *, link_prefix: str = "") -> str:
         evidence = cell(row["evidence"])
         if row["page"]:
             page = row["page"].rsplit("/", 1)[-1]
-            evidence = f"[{evidence}]({link_prefix}{page}.html)"
+            evidence = f"[{evidence}]({page}.md)"
         lines.append(f"| {row['id']} | {cell(row['statement'])} | **{row['verdict']}** | "
                      f"{evidence} | {cell(row['paper_value'])} | {cell(row['our_value'])} |")
     return "\n".join(lines)

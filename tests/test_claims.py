@@ -65,7 +65,7 @@ def test_ledger_markdown_links_evidence_to_its_page(tmp_path):
     ch.settle("D3", "proved", "a | b")
     ch.save(tmp_path)
     table = claims.ledger_markdown(claims.build_ledger(tmp_path))
-    assert "[a \\| b](02_decomposition.html)" in table
+    assert "[a \\| b](02_decomposition.md)" in table
     assert table.count("\n") == len(claims.CLAIMS) + 1
 
 

@@ -69,7 +69,7 @@ def test_formulas_typeset_without_errors(html_dir, page):
     dom = render(path)
     typeset = dom.count("<mjx-container")
     assert typeset > 0, f"{page}: no typeset formula (MathJax did not run)"
-    assert "mjx-merror" not in dom, f"{page}: MathJax reported a TeX error"
+    assert "<mjx-merror" not in dom, f"{page}: MathJax reported a TeX error"
     raw = re.findall(r"\\\((?:(?!\\\)).){1,80}\\\)", re.sub(r"<(script|pre|code)[^>]*>.*?</\1>", "",
                                                           dom, flags=re.S))
     assert not raw, f"{page}: {len(raw)} formulas left as raw TeX, e.g. {raw[0]!r}"
