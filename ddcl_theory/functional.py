@@ -45,9 +45,11 @@ def squared_distances(z: Tensor, prototypes: Tensor) -> Tensor:
     _check_pair(z, prototypes)
     work = _work_dtype(torch.promote_types(z.dtype, prototypes.dtype))
     z, p = z.to(work), prototypes.to(work)
-    centre = p.mean(dim=0, keepdim=True).detach()
-    z, p = z - centre, p - centre
-    d = (z * z).sum(-1, keepdim=True) - 2.0 * (z @ p.T) + (p * p).sum(-1).unsqueeze(0)
+    # the matrix product stays in `work` precision under autocast too (cancellation-prone)
+    with torch.autocast(device_type=z.device.type, enabled=False):
+        centre = p.mean(dim=0, keepdim=True).detach()
+        z, p = z - centre, p - centre
+        d = (z * z).sum(-1, keepdim=True) - 2.0 * (z @ p.T) + (p * p).sum(-1).unsqueeze(0)
     return d.clamp_min(0.0)
 
 
@@ -87,11 +89,12 @@ def loss_terms(z: Tensor, prototypes: Tensor, q: Tensor) -> tuple[Tensor, Tensor
     if n == 0:
         zero = z.new_zeros(())
         return zero, zero, zero
-    centre = p.mean(dim=0, keepdim=True).detach()
-    pc = p - centre
-    mu_c = q @ pc                      # soft centroid, shifted
-    l_q = (q * squared_distances(z, p)).sum() / n
-    l_ols = ((z - centre - mu_c) ** 2).sum() / n
-    # sum_k q_k ||p_k - mu||^2 = sum_k q_k ||p_k - c||^2 - ||mu - c||^2 for any centre c
-    v = ((q * (pc * pc).sum(-1)).sum() - (mu_c * mu_c).sum()) / n
+    with torch.autocast(device_type=z.device.type, enabled=False):
+        centre = p.mean(dim=0, keepdim=True).detach()
+        pc = p - centre
+        mu_c = q @ pc                      # soft centroid, shifted
+        l_q = (q * squared_distances(z, p)).sum() / n
+        l_ols = ((z - centre - mu_c) ** 2).sum() / n
+        # sum_k q_k ||p_k - mu||^2 = sum_k q_k ||p_k - c||^2 - ||mu - c||^2 for any centre c
+        v = ((q * (pc * pc).sum(-1)).sum() - (mu_c * mu_c).sum()) / n
     return l_q, l_ols, v

@@ -1,1 +1,2 @@
 """theory"""
+from .collapse import critical_temperature  # noqa: F401
