@@ -134,14 +134,16 @@ class LaplacianAttention(nn.Module):
         return q, k, v
 
     def _allowed(self, mask: Tensor | None, t: int, device: torch.device) -> Tensor | None:
-        """Boolean (B or 1, 1, T, T) matrix of allowed (query, key) pairs, or None if all are."""
+        """Boolean mask of allowed (query, key) pairs, broadcastable to (B, H, T, T), or None.
+
+        Shapes: (1, 1, T, T) causal only; (B, 1, 1, T) padding only; (B, 1, T, T) both.
+        """
         allowed = None
         if self.causal:
             allowed = torch.ones(t, t, dtype=torch.bool, device=device).tril().view(1, 1, t, t)
         if mask is not None:
             keys = mask.view(mask.shape[0], 1, 1, t)
             allowed = keys if allowed is None else allowed & keys
-            allowed = allowed.expand(mask.shape[0], 1, t, t)
         return allowed
 
     def _combine(self, pv: Tensor, v: Tensor) -> Tensor:
@@ -185,7 +187,7 @@ class LaplacianAttention(nn.Module):
         allowed = self._allowed(mask, t, x.device)
         empty_rows = None
         if allowed is not None and mask is not None:
-            has_key = allowed.any(dim=-1, keepdim=True)            # (B, 1, T, 1)
+            has_key = allowed.any(dim=-1, keepdim=True)            # (B, 1, T or 1, 1)
             if not bool(has_key.all()):
                 empty_rows = ~has_key
                 allowed = allowed | empty_rows                     # finite softmax; zeroed below
