@@ -8,7 +8,7 @@ import os
 from collections.abc import Iterable
 from typing import TypeVar
 
-from tqdm.auto import tqdm
+from tqdm import tqdm  # the text bar: tqdm.auto warns (with a path) when ipywidgets is absent
 
 from . import profile
 
