@@ -95,6 +95,10 @@ def loss_terms(z: Tensor, prototypes: Tensor, q: Tensor) -> tuple[Tensor, Tensor
         mu_c = q @ pc                      # soft centroid, shifted
         l_q = (q * squared_distances(z, p)).sum() / n
         l_ols = ((z - centre - mu_c) ** 2).sum() / n
-        # sum_k q_k ||p_k - mu||^2 = sum_k q_k ||p_k - c||^2 - ||mu - c||^2 for any centre c
-        v = ((q * (pc * pc).sum(-1)).sum() - (mu_c * mu_c).sum()) / n
+        # Pairwise form sum_k q_k ||p_k - mu||^2 = 1/2 sum_kl q_k q_l ||p_k - p_l||^2: a sum of
+        # non-negative terms, so V >= 0 holds in floating point too (the centred difference
+        # sum_k q_k ||p_k||^2 - ||mu||^2 rounds below zero for near one-hot q and large norms).
+        # Costs one (N, K) @ (K, K) product.
+        d_pp = squared_distances(p, p)
+        v = 0.5 * ((q @ d_pp) * q).sum() / n
     return l_q, l_ols, v

@@ -27,9 +27,11 @@ SEPARATION_KINDS = ("min", "mean", "trace")
 def _as_rows(q: Tensor, name: str = "q") -> Tensor:
     """Flatten (..., K) to (N, K); raise on a scalar."""
     if not isinstance(q, Tensor) or q.dim() < 1:
-        raise ValueError(f"{name}: expected a tensor of shape (..., K), got {getattr(q, 'shape', q)!r}")
+        raise ValueError(f"{name}: expected a tensor of shape (..., K), "
+                         f"got {getattr(q, 'shape', q)!r}")
     if q.shape[-1] < 1:
-        raise ValueError(f"{name}: expected K >= 1 prototypes in the last dimension, got {tuple(q.shape)}")
+        raise ValueError(f"{name}: expected K >= 1 prototypes in the last dimension, "
+                         f"got {tuple(q.shape)}")
     return q.reshape(-1, q.shape[-1])
 
 

@@ -1,0 +1,312 @@
+"""Experiments of the DDCL-layer chapter (claims D1, D15, D16) on CIFAR-10 patches.
+
+* :func:`run_patch_prototypes`: a projection-free DDCL layer whose prototypes are 4x4x3 colour
+  patches, k-means++-initialised and then fitted by minimising L_q; it explains each patch of a
+  test image as a mixture of those prototypes (figure of the chapter, D16).
+* :func:`run_transformer`: a small Transformer with the multi-head DDCL readout trained end to end
+  (D15), against the same encoder with a mean-pool readout, and a third variant that uses the
+  DDCL layer (residual + LayerNorm) as a block between the two encoder layers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as nnf
+
+from .. import profile
+from ..data import image_patches, load_cifar10
+from ..layers.ddcl import DDCLAttention
+from ..models.ddcl_transformer import DDCLTransformer
+from ..progress import progress
+from ..prototypes import perplexity, usage
+
+
+def cifar_patch_tokens(images: np.ndarray, patch: int = 4) -> torch.Tensor:
+    """(N, H, W, C) images in [0, 1] -> (N, (H/p)(W/p), p*p*C) float32 tokens."""
+    return torch.from_numpy(np.ascontiguousarray(image_patches(images, patch)))
+
+
+# ------------------------------------------------------------------------- patch prototypes (D16)
+@dataclass(frozen=True)
+class PatchSettings:
+    """Settings of :func:`run_patch_prototypes` (values from the active profile by default)."""
+
+    n_images: int = field(default_factory=lambda: profile.current().pick(cpu=200, paper=5000))
+    n_test: int = field(default_factory=lambda: profile.current().pick(cpu=200, paper=1000))
+    patch: int = 4
+    num_prototypes: int = 16
+    temperature: float = 0.1
+    steps: int = field(default_factory=lambda: profile.current().pick(cpu=100, paper=1000))
+    lr: float = 0.01
+    seed: int = 0
+
+
+@dataclass
+class PatchResult:
+    """Fitted patch prototypes and what they explain on held-out test images.
+
+    Attributes:
+        layer: the fitted projection-free layer (dim = p*p*C, one head, no residual, no norm).
+        prototypes: (K, p, p, C) the prototypes as image patches (clipped to [0, 1]).
+        test_images: (n_test, H, W, C); test_labels: (n_test,).
+        assignments: (n_test, T, K) soft assignments of the test patches.
+        reconstruction: (n_test, H, W, C) every patch replaced by its soft centroid.
+        r2: 1 - L_OLS / total patch variance on the test patches (variance explained).
+        r2_hard: the same with each patch replaced by its nearest prototype (hard VQ).
+        mean_top1, mean_top2: mean over test patches of the largest and the two largest q_nk.
+        fraction_used, perplexity: bank usage on the test patches.
+        l_q, l_ols, v: per-step training losses (lists).
+    """
+
+    layer: DDCLAttention
+    prototypes: np.ndarray
+    test_images: np.ndarray
+    test_labels: np.ndarray
+    assignments: np.ndarray
+    reconstruction: np.ndarray
+    r2: float
+    r2_hard: float
+    mean_top1: float
+    mean_top2: float
+    fraction_used: float
+    perplexity: float
+    l_q: list[float]
+    l_ols: list[float]
+    v: list[float]
+    source: str
+
+
+def _unpatch(tokens: np.ndarray, size: int, patch: int, channels: int) -> np.ndarray:
+    """Inverse of image_patches: (N, T, p*p*C) -> (N, H, W, C)."""
+    n, g = tokens.shape[0], size // patch
+    x = tokens.reshape(n, g, g, patch, patch, channels).transpose(0, 1, 3, 2, 4, 5)
+    return x.reshape(n, size, size, channels)
+
+
+def run_patch_prototypes(settings: PatchSettings | None = None) -> PatchResult:
+    """Fit K patch prototypes by k-means++ then Adam on L_q; explain test patches with them."""
+    s = settings or PatchSettings()
+    gen = profile.seed_everything(s.seed)
+    data = load_cifar10()
+    train = cifar_patch_tokens(data.x_train[: s.n_images], s.patch)            # (N, T, D)
+    test_images = data.x_test[: s.n_test]
+    test = cifar_patch_tokens(test_images, s.patch)
+    dim = train.shape[-1]
+    layer = DDCLAttention(dim, s.num_prototypes, heads=1, temperature=s.temperature,
+                          residual=False, norm=False, projections=False)
+    layer.init_prototypes_from(train, generator=gen)
+    opt = torch.optim.Adam([layer.prototypes], lr=s.lr)
+    hist: dict[str, list[float]] = {"l_q": [], "l_ols": [], "v": []}
+    for _ in progress(range(s.steps), desc="patch prototypes"):
+        losses = layer(train).losses
+        opt.zero_grad()
+        losses.l_q.backward()
+        opt.step()
+        for name in hist:
+            hist[name].append(float(getattr(losses, name).detach()))
+    with torch.no_grad():
+        out = layer(test)
+        q = out.assignments[:, 0]                                               # (n, T, K)
+        z = test.reshape(-1, dim)
+        total = float(((z - z.mean(0)) ** 2).sum(-1).mean())
+        r2 = 1.0 - float(out.losses.l_ols) / total
+        bank = layer.prototypes[0]
+        hard = bank[q.reshape(-1, s.num_prototypes).argmax(-1)]
+        r2_hard = 1.0 - float(((z - hard) ** 2).sum(-1).mean()) / total
+        top = q.reshape(-1, s.num_prototypes).topk(2, dim=-1).values
+        use = usage(q)
+        size, channels = test_images.shape[1], test_images.shape[-1]
+        recon = _unpatch(out.centroids[:, 0].numpy(), size, s.patch, channels)
+        protos = bank.numpy().reshape(s.num_prototypes, s.patch, s.patch, channels)
+    return PatchResult(layer, np.clip(protos, 0, 1), test_images, data.y_test[: s.n_test],
+                       q.numpy(), np.clip(recon, 0, 1), r2, r2_hard, float(top[:, 0].mean()),
+                       float(top.sum(-1).mean()), use.fraction_used, float(perplexity(q)),
+                       hist["l_q"], hist["l_ols"], hist["v"], data.source)
+
+
+# ------------------------------------------------------------------------- Transformer (D15)
+@dataclass(frozen=True)
+class TransformerSettings:
+    """Settings of :func:`run_transformer` (values from the active profile by default)."""
+
+    n_train: int = field(default_factory=lambda: profile.current().pick(cpu=1000, paper=10000))
+    n_test: int = field(default_factory=lambda: profile.current().pick(cpu=500, paper=1000))
+    epochs: int = field(default_factory=lambda: profile.current().pick(cpu=4, paper=30))
+    batch_size: int = 50
+    lr: float = 2e-3
+    patch: int = 4
+    dim: int = 64
+    depth: int = 2
+    attn_heads: int = 4
+    num_prototypes: int = 16
+    ddcl_heads: int = 2
+    temperature: float = 1.0
+    beta: float = 0.01
+    seed: int = 0
+
+
+@dataclass
+class TrainLog:
+    """One readout's training run.
+
+    Attributes:
+        readout: the variant, one of :data:`VARIANTS`.
+        train_loss: mean cross-entropy per epoch; test_acc: test accuracy after each epoch.
+        l_q, l_ols, v: the DDCL loss terms at every step (of the readout, or of the block;
+            empty for the mean readout).
+        all_finite: every loss of every step was finite.
+        fraction_used, perplexity: DDCL bank usage on the test set after training (per head).
+    """
+
+    readout: str
+    train_loss: list[float]
+    test_acc: list[float]
+    l_q: list[float]
+    l_ols: list[float]
+    v: list[float]
+    all_finite: bool
+    fraction_used: tuple[float, ...] = ()
+    perplexity: tuple[float, ...] = ()
+
+
+@dataclass
+class TransformerResult:
+    logs: dict[str, TrainLog]
+    chance: float
+    n_classes: int
+    source: str
+
+
+def _standardise(train: torch.Tensor, *others: torch.Tensor) -> list[torch.Tensor]:
+    mean = train.mean((0, 1), keepdim=True)
+    std = train.std((0, 1), keepdim=True).clamp_min(1e-6)
+    return [(t - mean) / std for t in (train, *others)]
+
+
+def _accuracy(model: DDCLTransformer, x: torch.Tensor, y: torch.Tensor, batch: int) -> float:
+    model.eval()
+    with torch.no_grad():
+        pred = torch.cat([model(x[i:i + batch]).logits.argmax(-1) for i in range(0, len(x), batch)])
+    model.train()
+    return float((pred == y).float().mean())
+
+
+VARIANTS = ("ddcl", "mean", "block")
+
+
+def train_classifier(s: TransformerSettings, variant: str, data) -> TrainLog:
+    """Train one :class:`DDCLTransformer` with CE (+ beta * L_q of its DDCL layer).
+
+    ``variant``: "ddcl" (DDCL readout on ``pooled``), "mean" (mean-pool readout), "block"
+    (mean-pool readout, DDCL block with residual + LayerNorm after the first encoder layer).
+    """
+    if variant not in VARIANTS:
+        raise ValueError(f"variant: expected one of {VARIANTS}, got {variant!r}")
+    x_tr, y_tr, x_te, y_te = data
+    gen = profile.seed_everything(s.seed)
+    n_classes = int(y_tr.max()) + 1
+    model = DDCLTransformer(n_classes, x_tr.shape[1], input_dim=x_tr.shape[-1], dim=s.dim,
+                            depth=s.depth, attn_heads=s.attn_heads,
+                            num_prototypes=s.num_prototypes, ddcl_heads=s.ddcl_heads,
+                            temperature=s.temperature,
+                            readout="ddcl" if variant == "ddcl" else "mean",
+                            ddcl_block_after=0 if variant == "block" else None)
+    if variant != "mean":
+        model.init_prototypes_from(x_tr[:200], generator=gen)
+    readout = variant
+    opt = torch.optim.AdamW(model.parameters(), lr=s.lr, weight_decay=0.0)
+    log = TrainLog(readout, [], [], [], [], [], True)
+    for _ in progress(range(s.epochs), desc=f"train {readout}"):
+        order = torch.randperm(len(x_tr), generator=gen)
+        total, count = 0.0, 0
+        for i in range(0, len(order), s.batch_size):
+            idx = order[i:i + s.batch_size]
+            out = model(x_tr[idx])
+            ce = nnf.cross_entropy(out.logits, y_tr[idx])
+            loss = ce
+            ddcl_out = out.ddcl if out.ddcl is not None else out.block
+            if ddcl_out is not None:
+                lq = ddcl_out.losses
+                loss = ce + s.beta * lq.l_q
+                log.l_q.append(float(lq.l_q.detach()))
+                log.l_ols.append(float(lq.l_ols.detach()))
+                log.v.append(float(lq.v.detach()))
+            log.all_finite &= bool(torch.isfinite(loss.detach()))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            total += float(ce.detach()) * len(idx)
+            count += len(idx)
+        log.train_loss.append(total / count)
+        log.test_acc.append(_accuracy(model, x_te, y_te, 250))
+    model.eval()
+    with torch.no_grad():
+        if variant == "ddcl":
+            q = model(x_te).ddcl.assignments
+        elif variant == "block":
+            q = model(x_te).block.assignments
+        else:
+            q = None
+    if q is not None:                                     # (B, H, T, K) -> per head
+        log.fraction_used = tuple(usage(q[:, h]).fraction_used for h in range(q.shape[1]))
+        log.perplexity = tuple(float(perplexity(q[:, h])) for h in range(q.shape[1]))
+    return log
+
+
+def run_transformer(settings: TransformerSettings | None = None) -> TransformerResult:
+    """Train the three :data:`VARIANTS` of the Transformer on CIFAR-10 patch tokens."""
+    s = settings or TransformerSettings()
+    data = load_cifar10()
+    x_tr = cifar_patch_tokens(data.x_train[: s.n_train], s.patch)
+    x_te = cifar_patch_tokens(data.x_test[: s.n_test], s.patch)
+    x_tr, x_te = _standardise(x_tr, x_te)
+    y_tr = torch.from_numpy(data.y_train[: s.n_train])
+    y_te = torch.from_numpy(data.y_test[: s.n_test])
+    logs = {v: train_classifier(s, v, (x_tr, y_tr, x_te, y_te)) for v in VARIANTS}
+    n_classes = int(y_tr.max()) + 1
+    return TransformerResult(logs, 1.0 / n_classes, n_classes, data.source)
+
+
+# ------------------------------------------------------------------------- operation counts
+@dataclass
+class OperationCounts:
+    """Floating-point operations of one forward pass (one sequence), counted by torch's
+    ``FlopCounterMode`` (matrix products only), beside the closed forms.
+
+    DDCL (losses included): 4 T dim H d_h + 8 T K H d_h + H (2 T K^2 + 2 K^2 d_h), the last
+    term from V's pairwise form; self-attention (nn.MultiheadAttention, weights path):
+    8 T dim^2 + 4 T^2 dim.
+    """
+
+    seq_lens: list[int]
+    ddcl: list[int]
+    attention: list[int]
+    ddcl_formula: list[int]
+    attention_formula: list[int]
+
+
+def operation_counts(seq_lens: list[int], dim: int = 64, num_prototypes: int = 16,
+                     heads: int = 2, attn_heads: int = 4) -> OperationCounts:
+    """Count the matmul FLOPs of a DDCL layer and of multi-head self-attention at each length."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    layer = DDCLAttention(dim, num_prototypes, heads=heads)
+    attn = torch.nn.MultiheadAttention(dim, attn_heads, batch_first=True)
+    hd = layer.head_dim
+    res = OperationCounts(list(seq_lens), [], [], [], [])
+    with torch.no_grad():
+        for t in seq_lens:
+            x = torch.zeros(1, t, dim)
+            with FlopCounterMode(display=False) as fc:
+                layer(x)
+            res.ddcl.append(int(fc.get_total_flops()))
+            with FlopCounterMode(display=False) as fc:
+                attn(x, x, x, need_weights=True)
+            res.attention.append(int(fc.get_total_flops()))
+            k = num_prototypes
+            res.ddcl_formula.append(4 * t * dim * heads * hd + 8 * t * k * heads * hd
+                                    + heads * (2 * t * k * k + 2 * k * k * hd))
+            res.attention_formula.append(8 * t * dim * dim + 4 * t * t * dim)
+    return res

@@ -1,0 +1,397 @@
+"""The learning-rate-ratio ablation (claim D9) and the linear analysis on real tokens (D8).
+
+:func:`linear_analysis` builds :class:`~ddcl_theory.theory.timescales.CoupledModel` on PCA-reduced
+CIFAR-10 patch tokens, finds its equilibria in float64 and computes the spectra of J(eps).
+
+Joint training of a per-token MLP encoder, a one-head DDCL layer and a linear classifier on the
+layer's ``pooled`` output, on CIFAR-10 patch tokens. Loss = cross-entropy + lam * L_q. Two
+optimisers: the prototypes with learning rate ``lr_p``; everything else (encoder, the layer's
+projections, the head) with ``lr_theta = eps * lr_p``. Per epoch we record the prototype
+separation (min pairwise distance), V, L_q, the assignment perplexity and the test accuracy.
+
+Collapse rule (stated once, used everywhere): a run has collapsed at an epoch when
+
+    S_min(P_t) / S_min(P_0) < ``COLLAPSE_SEPARATION_RATIO`` (0.05)   or
+    perplexity of the mean assignment < ``COLLAPSE_PERPLEXITY`` (1.5),
+
+and a run "collapses" when its last epoch satisfies the rule.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+
+from .. import data as ddata
+from .. import profile
+from .. import prototypes as protos
+from ..layers.ddcl import DDCLAttention
+from ..models.encoders import TokenMLP
+from ..progress import progress
+from ..theory import timescales as ts
+
+COLLAPSE_SEPARATION_RATIO = 0.05
+COLLAPSE_PERPLEXITY = 1.5
+OPTIMISERS = ("sgd", "adam")
+
+
+# --------------------------------------------------------------------------------------------
+# Data
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Tokens:
+    """Patch tokens (B, T, d) float32 with int64 labels (B,), train and test."""
+
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    source: str
+
+
+def cifar_tokens(n_train_per_class: int, n_test: int, *, patch: int = 8,
+                 classes: tuple[int, ...] | None = None, pca_dim: int | None = None) -> Tokens:
+    """CIFAR-10 images cut into non-overlapping ``patch`` x ``patch`` patch tokens.
+
+    Takes the first ``n_train_per_class`` training images of each class in ``classes`` (all ten
+    when None) and the first ``n_test`` test images of those classes. Features are centred and
+    scaled with training statistics; with ``pca_dim`` they are projected on the leading
+    principal directions of the training tokens and whitened (unit variance per component).
+    Labels are re-indexed 0..len(classes)-1 in the order of ``classes``.
+    """
+    if n_train_per_class < 1 or n_test < 1:
+        raise ValueError(f"n_train_per_class, n_test: expected >= 1, got {n_train_per_class}, {n_test}")
+    images = ddata.load_cifar10()
+    classes = tuple(range(len(images.label_names))) if classes is None else tuple(classes)
+    remap = {c: i for i, c in enumerate(classes)}
+    train_idx = np.concatenate([np.flatnonzero(images.y_train == c)[:n_train_per_class]
+                                for c in classes])
+    test_idx = np.flatnonzero(np.isin(images.y_test, classes))[:n_test]
+    x_tr = ddata.image_patches(images.x_train[train_idx], patch).astype(np.float64)
+    x_te = ddata.image_patches(images.x_test[test_idx], patch).astype(np.float64)
+    flat = x_tr.reshape(-1, x_tr.shape[-1])
+    mean = flat.mean(0)
+    if pca_dim is None:
+        std = flat.std(0) + 1e-6
+        transform = lambda a: (a - mean) / std
+    else:
+        if not 1 <= pca_dim <= flat.shape[1]:
+            raise ValueError(f"pca_dim: expected 1..{flat.shape[1]}, got {pca_dim}")
+        _, s, vt = np.linalg.svd(flat - mean, full_matrices=False)
+        scale = s[:pca_dim] / np.sqrt(flat.shape[0])
+        transform = lambda a: (a - mean) @ vt[:pca_dim].T / scale
+    y_tr = np.array([remap[int(c)] for c in images.y_train[train_idx]], dtype=np.int64)
+    y_te = np.array([remap[int(c)] for c in images.y_test[test_idx]], dtype=np.int64)
+    return Tokens(transform(x_tr).astype(np.float32), y_tr, transform(x_te).astype(np.float32),
+                  y_te, images.source)
+
+
+# --------------------------------------------------------------------------------------------
+# Settings and results
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class AblationSettings:
+    """Everything the sweep depends on (values per profile in :func:`default_settings`)."""
+
+    eps_values: tuple[float, ...] = (0.01, 0.03, 0.1, 0.3, 0.5, 1.0)
+    seeds: tuple[int, ...] = (0, 1, 2)
+    classes: tuple[int, ...] = (0, 6)
+    n_train_per_class: int = 128
+    n_test: int = 500
+    patch: int = 8
+    hidden: int = 64
+    dim: int = 16
+    num_prototypes: int = 8
+    temperature: float = 0.02
+    lam: float = 1.0
+    lr_p: float = 0.01
+    optimiser: str = "adam"
+    epochs: int = 12
+    batch_size: int = 64
+    prototypes_see_task: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.eps_values or any(not (e > 0) for e in self.eps_values):
+            raise ValueError(f"eps_values: expected positive values, got {self.eps_values}")
+        if not self.seeds:
+            raise ValueError("seeds: expected at least one seed")
+        if self.optimiser not in OPTIMISERS:
+            raise ValueError(f"optimiser: expected one of {OPTIMISERS}, got {self.optimiser!r}")
+        for name in ("epochs", "batch_size", "num_prototypes", "dim", "hidden"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: expected >= 1, got {getattr(self, name)}")
+        if self.lr_p <= 0 or self.lam < 0 or self.temperature <= 0:
+            raise ValueError("lr_p, lam, temperature: expected lr_p > 0, lam >= 0, temperature > 0")
+
+
+def default_settings() -> AblationSettings:
+    """cpu: 6 eps x 3 seeds, 256 training images, 12 epochs; paper: 6 x 10 seeds, 2,000 images."""
+    prof = profile.current()
+    return AblationSettings(
+        seeds=prof.pick(cpu=(0, 1, 2), paper=tuple(range(10))),
+        n_train_per_class=prof.pick(cpu=128, paper=1000),
+        n_test=prof.pick(cpu=500, paper=1000),
+        epochs=prof.pick(cpu=12, paper=40),
+    )
+
+
+@dataclass
+class RunHistory:
+    """Per-epoch records of one (eps, seed) run; index 0 is before training."""
+
+    eps: float
+    seed: int
+    separation: list[float] = field(default_factory=list)
+    v: list[float] = field(default_factory=list)
+    l_q: list[float] = field(default_factory=list)
+    perplexity: list[float] = field(default_factory=list)
+    accuracy: list[float] = field(default_factory=list)
+
+    @property
+    def separation_ratio(self) -> np.ndarray:
+        s = np.asarray(self.separation)
+        return s / s[0]
+
+    @property
+    def collapsed(self) -> bool:
+        """The collapse rule on the last epoch (a diverged run counts as collapsed)."""
+        return is_collapsed(self.separation_ratio[-1], self.perplexity[-1])
+
+    @property
+    def diverged(self) -> bool:
+        """Training blew up: a non-finite L_q (the run stops at that epoch)."""
+        return not bool(np.isfinite(self.l_q[-1]))
+
+    @property
+    def finite(self) -> bool:
+        return all(np.all(np.isfinite(getattr(self, k)))
+                   for k in ("separation", "v", "l_q", "perplexity", "accuracy"))
+
+
+@dataclass
+class AblationResult:
+    """All runs of a sweep, with the settings that produced them."""
+
+    settings: AblationSettings
+    runs: list[RunHistory]
+    data_source: str
+
+    def by_eps(self, eps: float) -> list[RunHistory]:
+        return [r for r in self.runs if r.eps == eps]
+
+    def collapse_fraction(self, eps: float) -> float:
+        runs = self.by_eps(eps)
+        return float(np.mean([r.collapsed for r in runs]))
+
+    def divergence_fraction(self, eps: float) -> float:
+        return float(np.mean([r.diverged for r in self.by_eps(eps)]))
+
+    def final(self, eps: float, key: str) -> np.ndarray:
+        """Last-epoch values of ``key`` ("separation_ratio", "v", "accuracy", ...) per seed."""
+        return np.array([np.asarray(getattr(r, key))[-1] for r in self.by_eps(eps)])
+
+    def failure_modes(self) -> dict[str, int]:
+        """How many runs ended diverged, with two prototypes met (separation rule), or with one
+        prototype taking the tokens (perplexity rule); a run can count under both rules."""
+        finite = [r for r in self.runs if not r.diverged]
+        return {
+            "diverged": int(sum(r.diverged for r in self.runs)),
+            "separation": int(sum(r.separation_ratio[-1] < COLLAPSE_SEPARATION_RATIO for r in finite)),
+            "perplexity": int(sum(r.perplexity[-1] < COLLAPSE_PERPLEXITY for r in finite)),
+        }
+
+    def stability_boundary(self) -> tuple[float | None, float | None]:
+        """(largest eps below the first failing one, smallest eps where half the seeds fail)."""
+        first = self.smallest_collapsing_eps()
+        below = [e for e in sorted(self.settings.eps_values) if first is None or e < first]
+        return (below[-1] if below else None), first
+
+    def smallest_collapsing_eps(self) -> float | None:
+        """Smallest eps at which at least half of the seeds collapse; None when none does."""
+        for eps in sorted(self.settings.eps_values):
+            if self.collapse_fraction(eps) >= 0.5:
+                return eps
+        return None
+
+
+def is_collapsed(separation_ratio: float, perplexity: float) -> bool:
+    """The collapse rule: S_min/S_min(0) < 0.05 or perplexity < 1.5 (NaN counts as collapsed)."""
+    if not (np.isfinite(separation_ratio) and np.isfinite(perplexity)):
+        return True
+    return bool(separation_ratio < COLLAPSE_SEPARATION_RATIO or perplexity < COLLAPSE_PERPLEXITY)
+
+
+# --------------------------------------------------------------------------------------------
+# Training
+# --------------------------------------------------------------------------------------------
+
+class JointModel(nn.Module):
+    """Token MLP -> one-head DDCL layer (no residual, no norm) -> linear head on ``pooled``."""
+
+    def __init__(self, d_in: int, s: AblationSettings, n_classes: int) -> None:
+        super().__init__()
+        self.encoder = TokenMLP(d_in, s.hidden, s.dim)
+        self.ddcl = DDCLAttention(s.dim, s.num_prototypes, temperature=s.temperature,
+                                  residual=False, norm=False)
+        self.head = nn.Linear(s.dim, n_classes)
+
+    def forward(self, x: torch.Tensor):
+        out = self.ddcl(self.encoder(x))
+        return self.head(out.pooled), out
+
+
+def _optimisers(model: JointModel, s: AblationSettings, eps: float):
+    slow = [p for n, p in model.named_parameters() if n != "ddcl.prototypes"]
+    fast = [model.ddcl.prototypes]
+    make = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam}[s.optimiser]
+    return make(fast, lr=s.lr_p), make(slow, lr=eps * s.lr_p)
+
+
+@torch.no_grad()
+def _measure(model: JointModel, x_tr, x_te, y_te, hist: RunHistory) -> None:
+    _, out = model(x_tr)
+    q = out.assignments[:, 0]
+    hist.separation.append(float(protos.separation(model.ddcl.prototypes[0], "min")))
+    hist.v.append(float(out.losses.v))
+    hist.l_q.append(float(out.losses.l_q))
+    hist.perplexity.append(float(protos.perplexity(q)))
+    logits, _ = model(x_te)
+    hist.accuracy.append(float((logits.argmax(-1) == y_te).float().mean()))
+
+
+def run_one(tokens: Tokens, s: AblationSettings, eps: float, seed: int) -> RunHistory:
+    """Train one model with ratio ``eps`` from ``seed``; return its per-epoch history."""
+    gen = profile.seed_everything(seed)
+    device = profile.current().device
+    x_tr, y_tr = torch.from_numpy(tokens.x_train), torch.from_numpy(tokens.y_train)
+    x_te, y_te = torch.from_numpy(tokens.x_test), torch.from_numpy(tokens.y_test)
+    n_classes = int(max(y_tr.max(), y_te.max())) + 1
+    model = JointModel(x_tr.shape[-1], s, n_classes)     # initialised on the CPU: same weights
+    model.to(device)
+    x_tr, y_tr, x_te, y_te = (t.to(device) for t in (x_tr, y_tr, x_te, y_te))
+    with torch.no_grad():
+        model.ddcl.init_prototypes_from(model.encoder(x_tr), generator=gen)
+    opt_p, opt_theta = _optimisers(model, s, eps)
+    hist = RunHistory(eps=eps, seed=seed)
+    _measure(model, x_tr, x_te, y_te, hist)
+    n = x_tr.shape[0]
+    for _ in range(s.epochs):
+        order = torch.randperm(n, generator=gen)
+        for start in range(0, n, s.batch_size):
+            idx = order[start:start + s.batch_size].to(device)
+            logits, out = model(x_tr[idx])
+            ce = nn.functional.cross_entropy(logits, y_tr[idx])
+            opt_p.zero_grad()
+            opt_theta.zero_grad()
+            if s.prototypes_see_task:
+                (ce + s.lam * out.losses.l_q).backward()
+            else:   # prototypes descend lam * L_q only; the encoder descends the total loss
+                grad_p = torch.autograd.grad(s.lam * out.losses.l_q, model.ddcl.prototypes,
+                                             retain_graph=True)[0]
+                (ce + s.lam * out.losses.l_q).backward()
+                model.ddcl.prototypes.grad = grad_p
+            opt_p.step()
+            opt_theta.step()
+        _measure(model, x_tr, x_te, y_te, hist)
+        if not np.isfinite(hist.l_q[-1]):
+            break
+    return hist
+
+
+def run(settings: AblationSettings | None = None) -> AblationResult:
+    """The full sweep: every eps in ``settings.eps_values`` times every seed."""
+    s = settings or default_settings()
+    tokens = cifar_tokens(s.n_train_per_class, s.n_test, patch=s.patch, classes=s.classes)
+    jobs = [(eps, seed) for eps in s.eps_values for seed in s.seeds]
+    runs = [run_one(tokens, s, eps, seed) for eps, seed in progress(jobs, desc="eps sweep")]
+    return AblationResult(s, runs, tokens.source)
+
+
+# --------------------------------------------------------------------------------------------
+# The linearised model on real tokens (D8)
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LinearSettings:
+    """The small coupled model of :mod:`ddcl_theory.theory.timescales` on real tokens."""
+
+    classes: tuple[int, int] = (0, 6)
+    n_per_class: int = 8
+    patch: int = 8
+    pca_dim: int = 4
+    k: int = 3
+    d: int = 2
+    hidden: int = 6
+    tau: float = 0.3
+    lam: float = 1.0
+    wd: float = 0.05
+    seed: int = 0
+    flow_steps: int = 1500
+    step: float = 0.3
+    eps_grid: tuple[float, ...] = tuple(np.logspace(-3, 3, 49).tolist())
+    eps_fit: tuple[float, ...] = tuple(np.logspace(-5, -2, 7).tolist())
+    eta_p: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0)
+
+
+@dataclass
+class EquilibriumReport:
+    """One equilibrium of the coupled model and its game Hessian blocks."""
+
+    name: str
+    objective: str
+    equilibrium: ts.Equilibrium
+    blocks: ts.Blocks
+    separation: float
+    ce: float
+    l_q: float
+
+
+@dataclass
+class LinearResult:
+    """Equilibria (``shared`` minimum, ``merged`` saddle, ``split`` two-objective) of the model."""
+
+    settings: LinearSettings
+    model: ts.CoupledModel
+    reports: dict[str, EquilibriumReport]
+
+
+def _report(model: ts.CoupledModel, name: str, objective: str, eq: ts.Equilibrium) -> EquilibriumReport:
+    ce, l_q, _ = model.terms(eq.w)
+    sep = float(protos.separation(model.unflatten(eq.w)["P"], "min"))
+    return EquilibriumReport(name, objective, eq, model.game_hessian(eq.w, objective), sep,
+                             float(ce), float(l_q))
+
+
+def linear_analysis(s: LinearSettings | None = None) -> LinearResult:
+    """Build the model and find three equilibria in float64 (flow, then damped Newton).
+
+    * ``shared``: both blocks descend L = CE + lam L_q + wd/2 ||theta||^2 (flow at eps = 1);
+    * ``merged``: the same potential, from the shared minimum with its two closest prototypes
+      merged (an invariant set of the flow): a configuration with coincident prototypes;
+    * ``split``: prototypes descend lam L_q only (Newton from the shared minimum).
+    """
+    s = s or LinearSettings()
+    tok = cifar_tokens(s.n_per_class, 1, patch=s.patch, classes=s.classes, pca_dim=s.pca_dim)
+    model = ts.CoupledModel(torch.from_numpy(tok.x_train).double(),
+                            torch.from_numpy(tok.y_train).double(), k=s.k, d=s.d,
+                            hidden=s.hidden, tau=s.tau, lam=s.lam, wd=s.wd)
+    gen = profile.seed_everything(s.seed)
+    w0 = model.init(gen)
+    shared = ts.find_equilibrium(model, w0, "shared", eps=1.0, step=s.step,
+                                 flow_steps=s.flow_steps)
+    reports = {"shared": _report(model, "shared", "shared", shared)}
+    w = shared.w.clone()
+    p = model.unflatten(w)["P"]
+    dist = torch.cdist(p, p) + torch.eye(s.k, dtype=p.dtype) * 1e9
+    i, j = divmod(int(dist.argmin()), s.k)
+    p[i] = p[j] = 0.5 * (p[i] + p[j])          # views into w: merge the closest pair
+    merged = ts.find_equilibrium(model, w, "shared", eps=1.0, step=s.step,
+                                 flow_steps=s.flow_steps // 3)
+    reports["merged"] = _report(model, "merged", "shared", merged)
+    split = ts.find_equilibrium(model, shared.w, "split", flow_steps=0, newton_steps=40)
+    reports["split"] = _report(model, "split", "split", split)
+    return LinearResult(s, model, reports)

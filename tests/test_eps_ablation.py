@@ -1,0 +1,112 @@
+"""The learning-rate-ratio ablation (D9): collapse rule, optimiser groups, a tiny sweep."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from ddcl_theory import prototypes as protos
+from ddcl_theory.experiments import eps_ablation as ea
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+TINY = ea.AblationSettings(eps_values=(0.1, 1.0), seeds=(0,), n_train_per_class=6, n_test=20,
+                           hidden=8, dim=4, num_prototypes=3, epochs=2, batch_size=8)
+
+
+# ---------------------------------------------------------------------------- collapse rule
+
+def test_collapse_rule_on_hand_made_prototypes():
+    start = torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+    merged = torch.tensor([[0.0, 0.0], [0.01, 0.0], [0.0, 1.0]])     # two prototypes 1% apart
+    apart = torch.tensor([[0.0, 0.0], [2.0, 0.0], [0.0, 2.0]])
+    s0 = float(protos.separation(start, "min"))
+    ratio = lambda p: float(protos.separation(p, "min")) / s0
+    assert ea.is_collapsed(ratio(merged), perplexity=3.0)
+    assert not ea.is_collapsed(ratio(apart), perplexity=3.0)
+    assert not ea.is_collapsed(ea.COLLAPSE_SEPARATION_RATIO * 1.01, perplexity=3.0)
+
+
+def test_collapse_rule_perplexity_one_prototype_takes_all():
+    q = torch.zeros(10, 4)
+    q[:, 2] = 1.0
+    ppl = float(protos.perplexity(q))
+    assert ppl == pytest.approx(1.0)
+    assert ea.is_collapsed(1.0, ppl)
+    assert not ea.is_collapsed(1.0, float(protos.perplexity(torch.full((10, 4), 0.25))))
+
+
+def test_collapse_rule_nan_counts_as_collapsed():
+    assert ea.is_collapsed(float("nan"), 3.0)
+    hist = ea.RunHistory(eps=1.0, seed=0, separation=[1.0, float("nan")], v=[0.1, float("nan")],
+                         l_q=[0.2, float("nan")], perplexity=[3.0, float("nan")],
+                         accuracy=[0.5, 0.5])
+    assert hist.diverged and hist.collapsed and not hist.finite
+
+
+# ---------------------------------------------------------------------------- settings, groups
+
+def test_settings_validation():
+    with pytest.raises(ValueError, match="optimiser"):
+        ea.AblationSettings(optimiser="rmsprop")
+    with pytest.raises(ValueError, match="eps_values"):
+        ea.AblationSettings(eps_values=(0.0, 1.0))
+    with pytest.raises(ValueError, match="epochs"):
+        ea.AblationSettings(epochs=0)
+
+
+@pytest.mark.parametrize("optimiser", ea.OPTIMISERS)
+def test_learning_rate_ratio_is_eps_and_prototypes_alone_are_fast(optimiser):
+    s = dataclasses.replace(TINY, optimiser=optimiser)
+    model = ea.JointModel(12, s, 2)
+    fast, slow = ea._optimisers(model, s, eps=0.03)
+    fast_params = [p for g in fast.param_groups for p in g["params"]]
+    slow_params = [p for g in slow.param_groups for p in g["params"]]
+    assert len(fast_params) == 1 and fast_params[0] is model.ddcl.prototypes
+    assert all(p is not model.ddcl.prototypes for p in slow_params)
+    assert len(fast_params) + len(slow_params) == len(list(model.parameters()))
+    assert slow.param_groups[0]["lr"] == pytest.approx(0.03 * fast.param_groups[0]["lr"])
+
+
+def test_cifar_tokens_pca_is_whitened_and_labels_reindexed():
+    tok = ea.cifar_tokens(5, 10, patch=8, classes=(6, 0), pca_dim=3)
+    assert tok.x_train.shape == (10, 16, 3)
+    flat = tok.x_train.reshape(-1, 3).astype(np.float64)
+    np.testing.assert_allclose(flat.mean(0), 0.0, atol=1e-5)
+    np.testing.assert_allclose(flat.var(0), 1.0, rtol=1e-4)
+    assert set(tok.y_train.tolist()) == {0, 1} and tok.y_train[0] == 0   # class 6 -> 0
+
+
+# ---------------------------------------------------------------------------- tiny sweep
+
+def test_tiny_ablation_run_finishes_with_finite_histories():
+    res = ea.run(TINY)
+    assert len(res.runs) == 2
+    for r in res.runs:
+        assert r.finite
+        assert len(r.separation) == TINY.epochs + 1
+        assert r.separation_ratio[0] == pytest.approx(1.0)
+        assert all(v >= -1e-6 for v in r.v)                      # V >= 0 (D4), float32
+        assert 0.0 <= r.accuracy[-1] <= 1.0
+        assert 1.0 - 1e-9 <= r.perplexity[-1] <= TINY.num_prototypes + 1e-9
+    assert 0.0 <= res.collapse_fraction(1.0) <= 1.0
+
+
+def test_prototypes_blind_to_task_variant_runs():
+    res = ea.run(dataclasses.replace(TINY, eps_values=(0.1,), prototypes_see_task=False))
+    assert res.runs[0].finite
+
+
+def test_same_seed_same_history():
+    a = ea.run_one(ea.cifar_tokens(4, 8, classes=(0, 6)), TINY, 0.1, 3)
+    b = ea.run_one(ea.cifar_tokens(4, 8, classes=(0, 6)), TINY, 0.1, 3)
+    assert a.separation == b.separation and a.accuracy == b.accuracy
