@@ -29,6 +29,7 @@ __all__ = [
     "explained_variance_ratios",
     "k99",
     "cdnv",
+    "sign_balance",
     "clustering_acc",
     "nmi",
     "ari",
@@ -199,8 +200,11 @@ def explained_variance_ratios(features) -> np.ndarray:
     """Fractions of variance along the principal components of (N, d) features, descending."""
     h = _as_float64(features, "features", 2)
     centred = h - h.mean(axis=0)
-    s = np.linalg.svd(centred, compute_uv=False)
-    var = s ** 2
+    if h.shape[0] >= h.shape[1]:
+        # eigenvalues of the (d, d) scatter matrix: cheaper than an SVD of (N, d) for N >> d
+        var = np.clip(np.linalg.eigvalsh(centred.T @ centred)[::-1], 0.0, None)
+    else:
+        var = np.linalg.svd(centred, compute_uv=False) ** 2
     total = var.sum()
     if total <= 0:
         return np.zeros_like(var)
@@ -266,6 +270,26 @@ def cdnv(features, labels, *, min_count: int = 2) -> float:
     if np.any(d2 <= 0):
         raise ValueError("features: two classes have the same mean; CDNV is infinite")
     return float(((var[:, None] + var[None, :])[iu] / (2.0 * d2)).mean())
+
+
+# --------------------------------------------------------------------------------------------
+# Sign of a learned linear map
+# --------------------------------------------------------------------------------------------
+
+def sign_balance(matrix) -> float:
+    """``tr(S) / sum_i |lambda_i(S)|`` for the symmetric part ``S = (M + M^T)/2`` of a (d, d) map.
+
+    In ``[-1, 1]``: -1 when ``S`` is negative semidefinite, +1 when positive semidefinite, near 0
+    when its positive and negative eigenvalues balance. For a Laplacian head's value-output map
+    ``M`` (residual update ``(I - P) X M``), -1 means pure diffusion and +1 pure sharpening along
+    the sequence. A zero matrix gives 0.
+    """
+    m = _as_float64(matrix, "matrix", 2)
+    if m.shape[0] != m.shape[1]:
+        raise ValueError(f"matrix: expected a square matrix, got shape {m.shape}")
+    ev = np.linalg.eigvalsh((m + m.T) / 2)
+    scale = np.abs(ev).sum()
+    return float(ev.sum() / scale) if scale > 0 else 0.0
 
 
 # --------------------------------------------------------------------------------------------

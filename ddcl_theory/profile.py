@@ -77,6 +77,19 @@ def seed_everything(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
+def configure_torch() -> Profile:
+    """Set torch up for the active profile and return it.
+
+    Under ``cpu`` torch uses one thread: the chapters' tensors are small, so threads cost more
+    than they give on a shared two-core host, and a fixed reduction order keeps the printed
+    digits of the goldens identical on every machine. ``paper`` leaves torch's defaults alone.
+    """
+    prof = current()
+    if not prof.is_paper:
+        torch.set_num_threads(1)
+    return prof
+
+
 def describe() -> str:
     """One line naming the profile, for the first cell of every notebook."""
     prof = current()
