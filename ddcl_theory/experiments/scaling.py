@@ -1,0 +1,95 @@
+"""D2: how the cost of a DDCL layer and of self-attention grows with sequence length T.
+
+Both layers run side by side on the same input, interleaved within each repeat, so the ratio
+and the log-log slopes come from one run on one (noisy) host. Times are reported, never
+asserted; the verdict rests on the exact FLOP counts of
+:func:`ddcl_theory.experiments.ddcl_layer.operation_counts`.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .. import profile
+from ..layers.ddcl import DDCLAttention
+
+
+@dataclass(frozen=True)
+class ScalingSettings:
+    """Sizes of the timing sweep (values from the profile)."""
+
+    seq_lens: tuple[int, ...]
+    dim: int = 64
+    num_prototypes: int = 16
+    heads: int = 2
+    attn_heads: int = 4
+    batch: int = 4
+    repeats: int = 5
+
+    @classmethod
+    def from_profile(cls) -> "ScalingSettings":
+        prof = profile.current()
+        return cls(seq_lens=prof.pick(cpu=(128, 256, 512, 1024, 2048),
+                                      paper=(256, 1024, 4096, 16384, 32768)),
+                   dim=prof.pick(cpu=64, paper=768), repeats=prof.pick(cpu=5, paper=20))
+
+
+@dataclass
+class ScalingResult:
+    """Median seconds per forward pass at each length, and log-log slopes."""
+
+    settings: ScalingSettings
+    ddcl: list[float]
+    attention: list[float]
+
+    @staticmethod
+    def _slope(lens, times) -> float:
+        return float(np.polyfit(np.log(lens), np.log(times), 1)[0])
+
+    @property
+    def ddcl_slope(self) -> float:
+        return self._slope(self.settings.seq_lens, self.ddcl)
+
+    @property
+    def attention_slope(self) -> float:
+        """Slope over the two longest lengths, where the T^2 term dominates."""
+        return self._slope(self.settings.seq_lens[-2:], self.attention[-2:])
+
+    def ratios(self) -> list[float]:
+        """t(attention) / t(DDCL) at each length."""
+        return [a / d for a, d in zip(self.attention, self.ddcl)]
+
+
+def _timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def run(settings: ScalingSettings | None = None) -> ScalingResult:
+    """Time one DDCL layer and one ``nn.MultiheadAttention`` (fused kernel) at each length."""
+    s = settings or ScalingSettings.from_profile()
+    device = profile.current().device
+    profile.seed_everything(0)
+    ddcl = DDCLAttention(s.dim, s.num_prototypes, heads=s.heads).to(device).eval()
+    attn = torch.nn.MultiheadAttention(s.dim, s.attn_heads, batch_first=True).to(device).eval()
+    out = ScalingResult(s, [], [])
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    with torch.no_grad():
+        for t in s.seq_lens:
+            x = torch.randn(s.batch, t, s.dim, device=device)
+            runs = {"ddcl": lambda: (ddcl(x), sync()),
+                    "attention": lambda: (attn(x, x, x, need_weights=False), sync())}
+            for fn in runs.values():
+                fn()                                    # warm-up
+            times = {k: [] for k in runs}
+            for r in range(s.repeats):
+                order = list(runs) if r % 2 == 0 else list(runs)[::-1]
+                for k in order:
+                    times[k].append(_timed(runs[k]))
+            out.ddcl.append(float(np.median(times["ddcl"])))
+            out.attention.append(float(np.median(times["attention"])))
+    return out
