@@ -50,6 +50,17 @@ def test_soft_assign_rows_on_the_simplex(seed, n, k, tau):
 
 
 @SMALL
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 9), k=st.integers(1, 6),
+       tau=st.sampled_from([0.05, 0.5, 1.0, 3.0, 40.0]))
+def test_q_nk_equals_exp_minus_d_nk_over_tau_normalised(seed, n, k, tau):
+    """The temperature convention itself: q_nk = exp(-||z_n - p_k||^2 / tau) / sum_j (...)."""
+    z, p = _pair(seed, n, k, 3)
+    d = ((z[:, None, :] - p[None, :, :]) ** 2).sum(-1)
+    w = torch.exp(-(d - d.min(dim=1, keepdim=True).values) / tau)
+    torch.testing.assert_close(F.soft_assign(z, p, tau), w / w.sum(dim=1, keepdim=True),
+                               rtol=1e-10, atol=1e-12)
+
+@SMALL
 @given(seed=st.integers(0, 10_000))
 def test_soft_assign_equivariant_under_token_and_prototype_permutations(seed):
     z, p = _pair(seed, 9, 5, 3)
