@@ -2,7 +2,7 @@
 VENV := .venv/bin
 NBVAL := --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 1800
 
-.PHONY: setup book book-strict test unit goldens check-goldens check-render clean
+.PHONY: setup book book-strict test unit goldens paper check-goldens check-render clean
 
 setup:
 	@bash scripts/setup.sh
@@ -26,6 +26,10 @@ unit: setup
 ## Re-execute the sources and rewrite the goldens (maintainers, after changing a chapter).
 goldens: setup
 	$(VENV)/python -m ddcl_theory.tools.goldens write $(NAMES)
+
+## Rerun chapters at paper scale (GPU if present) into _build/paper; goldens stay untouched.
+paper: setup
+	DDCL_PROFILE=paper $(VENV)/python -m ddcl_theory.tools.goldens write $(NAMES)
 
 check-goldens: setup
 	$(VENV)/python -m ddcl_theory.tools.goldens check

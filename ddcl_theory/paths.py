@@ -17,12 +17,20 @@ def repo_root() -> Path | None:
 
 
 def results_dir() -> Path:
-    """``$DDCL_RESULTS_DIR``, else ``<repo>/results``, else ``./results``; created if missing."""
+    """``$DDCL_RESULTS_DIR``, else ``<repo>/results``, else ``./results``; created if missing.
+
+    Under the paper profile the results go to a ``paper/`` folder inside it, so that a GPU rerun
+    never overwrites the committed cpu-profile verdicts.
+    """
+    from .profile import current
+
     env = os.environ.get(RESULTS_ENV)
     if env:
         path = Path(env)
     else:
         root = repo_root()
         path = (root if root is not None else Path.cwd()) / "results"
+    if current().is_paper:
+        path = path / "paper"
     path.mkdir(parents=True, exist_ok=True)
     return path

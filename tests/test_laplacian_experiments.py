@@ -12,13 +12,13 @@ from ddcl_theory.experiments import laplacian_vit as lv
 
 
 def tiny_vit() -> lv.ViTSettings:
-    return dataclasses.replace(lv.ViTSettings.for_profile(), n_train=64, n_test=60, dim=8,
+    return dataclasses.replace(lv.ViTSettings.from_profile(), n_train=64, n_test=60, dim=8,
                                heads=2, depth=1, epochs=1, batch_size=32, seeds=(0,),
                                head_settings=("0", "all"))
 
 
 def tiny_gpt() -> lg.GPTSettings:
-    return dataclasses.replace(lg.GPTSettings.for_profile(), block_size=8, dim=8, heads=2,
+    return dataclasses.replace(lg.GPTSettings.from_profile(), block_size=8, dim=8, heads=2,
                                depth=1, batch_size=8, steps=5, eval_windows=32, cdnv_min_count=2,
                                seeds=(0,), head_settings=("0", "all"), l9_setting="all")
 
@@ -67,11 +67,11 @@ def test_laplacian_count_names():
 
 def test_settings_validation():
     with pytest.raises(ValueError, match="dim"):
-        dataclasses.replace(lv.ViTSettings.for_profile(), dim=0)
+        dataclasses.replace(lv.ViTSettings.from_profile(), dim=0)
     with pytest.raises(ValueError, match="seeds"):
-        dataclasses.replace(lg.GPTSettings.for_profile(), seeds=())
+        dataclasses.replace(lg.GPTSettings.from_profile(), seeds=())
     with pytest.raises(ValueError, match="l9_setting"):
-        dataclasses.replace(lg.GPTSettings.for_profile(), l9_setting="3")
+        dataclasses.replace(lg.GPTSettings.from_profile(), l9_setting="3")
 
 
 # ---------------------------------------------------------------- verdict rules
@@ -94,7 +94,7 @@ def fake_vit(acc: dict[str, list[float]], **fields: dict[str, list[float]]) -> l
                                   equinorm=0.1, cos_mean=-0.1, k99=fields.get("k99", {}).get(
                                       s, [10] * 3)[seed], within_seq_stream=0.5, k99_stream=10,
                                   attn_sign_balance=0.0, lap_sign_balance=None, **extra))
-    return lv.ViTSweep(lv.ViTSettings.for_profile(), runs, "test", 10, 16)
+    return lv.ViTSweep(lv.ViTSettings.from_profile(), runs, "test", 10, 16)
 
 
 def test_l6_rules():
@@ -129,7 +129,7 @@ def fake_gpt(**fields: dict[str, list[float]]) -> lg.GPTSweep:
                       within_seq_stream=0.9, k99_stream=10, attn_sign_balance=None,
                       lap_sign_balance=None)
             for s in lv.HEAD_SETTINGS for i in range(3)]
-    return lg.GPTSweep(lg.GPTSettings.for_profile(), runs, "test", 65)
+    return lg.GPTSweep(lg.GPTSettings.from_profile(), runs, "test", 65)
 
 
 def test_l8_rules():

@@ -37,3 +37,20 @@ def test_seed_everything_repeats_draws():
     assert torch.equal(a[0], b[0]) and np.array_equal(a[1], b[1])
     with pytest.raises(ValueError, match="seed"):
         profile.seed_everything(-1)
+
+
+def test_paper_results_never_overwrite_the_committed_ones(monkeypatch, tmp_path):
+    from ddcl_theory import paths
+
+    monkeypatch.setenv(paths.RESULTS_ENV, str(tmp_path))
+    monkeypatch.setenv(profile.PROFILE_ENV, "cpu")
+    assert paths.results_dir() == tmp_path
+    monkeypatch.setenv(profile.PROFILE_ENV, "paper")
+    assert paths.results_dir() == tmp_path / "paper"
+
+
+def test_goldens_refuse_paper_output_over_the_goldens(monkeypatch):
+    from ddcl_theory.tools import goldens
+
+    with pytest.raises(SystemExit, match="cpu-profile"):
+        goldens.main(["write", "--out", str(goldens.notebooks_dir()), "99"])

@@ -39,6 +39,11 @@ class AnnealingSettings:
     merge_tol: float = 1e-2           # relative to sqrt(tr C)
     seed: int = 0
 
+    @classmethod
+    def from_profile(cls) -> "AnnealingSettings":
+        """The active profile's values (the same as ``AnnealingSettings()``)."""
+        return cls()
+
 
 @dataclass
 class AnnealingResult:

@@ -42,6 +42,11 @@ class PatchSettings:
     lr: float = 0.01
     seed: int = 0
 
+    @classmethod
+    def from_profile(cls) -> "PatchSettings":
+        """The active profile's values (the same as ``PatchSettings()``)."""
+        return cls()
+
 
 @dataclass
 class PatchResult:
@@ -145,6 +150,11 @@ class TransformerSettings:
     temperature: float = 1.0
     beta: float = 0.01
     seed: int = 0
+
+    @classmethod
+    def from_profile(cls) -> "TransformerSettings":
+        """The active profile's values (the same as ``TransformerSettings()``)."""
+        return cls()
 
 
 @dataclass

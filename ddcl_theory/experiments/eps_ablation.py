@@ -95,7 +95,7 @@ def cifar_tokens(n_train_per_class: int, n_test: int, *, patch: int = 8,
 
 @dataclass(frozen=True)
 class AblationSettings:
-    """Everything the sweep depends on (values per profile in :func:`default_settings`)."""
+    """Everything the sweep depends on (values per profile in :meth:`from_profile`)."""
 
     eps_values: tuple[float, ...] = (0.01, 0.03, 0.1, 0.3, 0.5, 1.0)
     seeds: tuple[int, ...] = (0, 1, 2)
@@ -127,16 +127,16 @@ class AblationSettings:
         if self.lr_p <= 0 or self.lam < 0 or self.temperature <= 0:
             raise ValueError("lr_p, lam, temperature: expected lr_p > 0, lam >= 0, temperature > 0")
 
-
-def default_settings() -> AblationSettings:
-    """cpu: 6 eps x 3 seeds, 256 training images, 12 epochs; paper: 6 x 10 seeds, 2,000 images."""
-    prof = profile.current()
-    return AblationSettings(
-        seeds=prof.pick(cpu=(0, 1, 2), paper=tuple(range(10))),
-        n_train_per_class=prof.pick(cpu=128, paper=1000),
-        n_test=prof.pick(cpu=500, paper=1000),
-        epochs=prof.pick(cpu=12, paper=40),
-    )
+    @classmethod
+    def from_profile(cls) -> "AblationSettings":
+        """cpu: 6 eps x 3 seeds, 256 training images, 12 epochs; paper: 6 x 10 seeds, 2,000 images."""
+        prof = profile.current()
+        return cls(
+            seeds=prof.pick(cpu=(0, 1, 2), paper=tuple(range(10))),
+            n_train_per_class=prof.pick(cpu=128, paper=1000),
+            n_test=prof.pick(cpu=500, paper=1000),
+            epochs=prof.pick(cpu=12, paper=40),
+        )
 
 
 @dataclass
@@ -304,7 +304,7 @@ def run_one(tokens: Tokens, s: AblationSettings, eps: float, seed: int) -> RunHi
 
 def run(settings: AblationSettings | None = None) -> AblationResult:
     """The full sweep: every eps in ``settings.eps_values`` times every seed."""
-    s = settings or default_settings()
+    s = settings or AblationSettings.from_profile()
     tokens = cifar_tokens(s.n_train_per_class, s.n_test, patch=s.patch, classes=s.classes)
     jobs = [(eps, seed) for eps in s.eps_values for seed in s.seeds]
     runs = [run_one(tokens, s, eps, seed) for eps, seed in progress(jobs, desc="eps sweep")]

@@ -30,7 +30,7 @@ __all__ = ["GPTSettings", "GPTRun", "GPTSweep", "encode", "run", "verdict_l8", "
 
 @dataclass(frozen=True)
 class GPTSettings:
-    """Scale of the GPT sweep; :meth:`for_profile` picks it from the active profile."""
+    """Scale of the GPT sweep; :meth:`from_profile` picks it from the active profile."""
 
     block_size: int
     dim: int
@@ -48,7 +48,7 @@ class GPTSettings:
     l9_setting: str = "half"    # the setting compared with no Laplacian heads for L9
 
     @classmethod
-    def for_profile(cls) -> "GPTSettings":
+    def from_profile(cls) -> "GPTSettings":
         p = profile.current()
         return cls(block_size=p.pick(cpu=32, paper=256), dim=p.pick(cpu=32, paper=384),
                    depth=p.pick(cpu=2, paper=6), heads=p.pick(cpu=4, paper=12),
@@ -167,7 +167,7 @@ def train_one(settings: GPTSettings, setting: str, seed: int, train_ids: torch.T
 
 def run(settings: GPTSettings | None = None) -> GPTSweep:
     """Train and measure every (head setting, seed) pair of ``settings``."""
-    settings = settings or GPTSettings.for_profile()
+    settings = settings or GPTSettings.from_profile()
     device = profile.current().device
     text, source = data.load_text()
     ids, vocab = encode(text)

@@ -104,7 +104,7 @@ class Verdict:
 
 @dataclass(frozen=True)
 class ViTSettings:
-    """Scale of the ViT sweep; :meth:`for_profile` picks it from the active profile."""
+    """Scale of the ViT sweep; :meth:`from_profile` picks it from the active profile."""
 
     n_train: int
     n_test: int
@@ -122,7 +122,7 @@ class ViTSettings:
     threads: int | None = 1
 
     @classmethod
-    def for_profile(cls) -> "ViTSettings":
+    def from_profile(cls) -> "ViTSettings":
         p = profile.current()
         return cls(n_train=p.pick(cpu=3000, paper=10000), n_test=p.pick(cpu=1000, paper=1000),
                    patch=p.pick(cpu=8, paper=4), dim=p.pick(cpu=32, paper=192),
@@ -265,7 +265,7 @@ def train_one(settings: ViTSettings, setting: str, seed: int, tensors: tuple, nu
 
 def run(settings: ViTSettings | None = None) -> ViTSweep:
     """Train and measure every (head setting, seed) pair of ``settings``."""
-    settings = settings or ViTSettings.for_profile()
+    settings = settings or ViTSettings.from_profile()
     device = profile.current().device
     with num_threads(settings.threads):
         *tensors, source, num_classes = _prepare(settings)

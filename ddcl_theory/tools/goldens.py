@@ -6,6 +6,10 @@ golden is missing or its cells differ from its source (a stale golden).
 
     python -m ddcl_theory.tools.goldens write [NAME ...]   # all sources when no name is given
     python -m ddcl_theory.tools.goldens check
+    DDCL_PROFILE=paper python -m ddcl_theory.tools.goldens write --out DIR [NAME ...]
+
+Under the paper profile the executed notebooks go to ``--out`` (default ``_build/paper``), never
+over the committed cpu-profile goldens.
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ import jupytext
 import nbformat
 from nbclient import NotebookClient
 
+from .. import profile
 from ..paths import repo_root
 
 CELL_TIMEOUT_S = 1800
@@ -60,14 +65,16 @@ def normalise(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     return nb
 
 
-def write(source: Path) -> float:
-    """Execute ``source`` in its own folder and write its golden; return seconds taken."""
+def write(source: Path, out_dir: Path | None = None) -> float:
+    """Execute ``source`` in its own folder and write its golden (or ``out_dir/<name>.ipynb``);
+    return seconds taken."""
     nb = jupytext.read(source)
     start = time.perf_counter()
     NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
                    resources={"metadata": {"path": str(source.parent)}}).execute()
     elapsed = time.perf_counter() - start
-    nbformat.write(normalise(nb), golden_path(source))
+    target = golden_path(source) if out_dir is None else out_dir / golden_path(source).name
+    nbformat.write(normalise(nb), target)
     return elapsed
 
 
@@ -94,11 +101,24 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("command", choices=["write", "check"])
     parser.add_argument("names", nargs="*", help="source stems or prefixes, e.g. 02 or 02_decomposition")
-    args = parser.parse_args(argv)
+    parser.add_argument("--out", type=Path, default=None,
+                        help="write executed notebooks here instead of over the goldens "
+                             "(default under the paper profile: _build/paper)")
+    args = parser.parse_intermixed_args(argv)
     if args.command == "write":
+        out = args.out
+        if out is None and profile.current().is_paper:
+            out = notebooks_dir().parent / "_build" / "paper"
+        if out is not None:
+            out = out.resolve()
+            if out == notebooks_dir().resolve():
+                raise SystemExit("--out: the goldens folder holds cpu-profile outputs only")
+            out.mkdir(parents=True, exist_ok=True)
         for source in sources(args.names):
-            print(f"executing {source.name} ...", flush=True)
-            print(f"  wrote {golden_path(source).name} in {write(source):.0f} s", flush=True)
+            print(f"executing {source.name} ({profile.describe()}) ...", flush=True)
+            seconds = write(source, out)
+            print(f"  wrote {(out / golden_path(source).name) if out else golden_path(source).name}"
+                  f" in {seconds:.0f} s", flush=True)
         return 0
     problems = check(sources(args.names) if args.names else None)
     for p in problems:

@@ -1,0 +1,33 @@
+"""Every experiment reads its scale from the one profile switch through ``Settings.from_profile()``."""
+from __future__ import annotations
+
+import pytest
+
+from ddcl_theory import profile
+from ddcl_theory.experiments import (annealing, ddcl_layer, eps_ablation, laplacian_gpt,
+                                     laplacian_vit, learned_attention, overhead, scaling)
+
+SETTINGS = [
+    ddcl_layer.PatchSettings, ddcl_layer.TransformerSettings, scaling.ScalingSettings,
+    annealing.AnnealingSettings, eps_ablation.AblationSettings, overhead.OverheadSettings,
+    learned_attention.LearnedAttentionSettings, laplacian_vit.ViTSettings,
+    laplacian_gpt.GPTSettings,
+]
+
+
+@pytest.mark.parametrize("cls", SETTINGS, ids=lambda c: c.__name__)
+def test_paper_profile_changes_the_settings(cls, monkeypatch):
+    monkeypatch.setenv(profile.PROFILE_ENV, "cpu")
+    cpu = cls.from_profile()
+    monkeypatch.setenv(profile.PROFILE_ENV, "paper")
+    paper = cls.from_profile()
+    assert type(cpu) is type(paper) is cls
+    assert cpu != paper
+
+
+@pytest.mark.parametrize("cls", SETTINGS, ids=lambda c: c.__name__)
+def test_cpu_profile_is_the_default(cls, monkeypatch):
+    monkeypatch.delenv(profile.PROFILE_ENV, raising=False)
+    default = cls.from_profile()
+    monkeypatch.setenv(profile.PROFILE_ENV, "cpu")
+    assert default == cls.from_profile()
