@@ -17,6 +17,15 @@ def pytest_configure(config):
             "the 'cpu' profile; unset it to run the tests (the paper profile is for reruns on a GPU)")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _one_thread():
+    """The cpu profile's torch set-up: tiny tensors, so one thread beats two on a shared host."""
+    before = torch.get_num_threads()
+    profile.configure_torch()
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(autouse=True)
 def _float32_default():
     """Each test starts from torch's default dtype and a fixed seed."""

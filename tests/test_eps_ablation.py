@@ -11,13 +11,6 @@ from ddcl_theory import prototypes as protos
 from ddcl_theory.experiments import eps_ablation as ea
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 TINY = ea.AblationSettings(eps_values=(0.1, 1.0), seeds=(0,), n_train_per_class=6, n_test=20,
                            hidden=8, dim=4, num_prototypes=3, epochs=2, batch_size=8)

@@ -12,14 +12,6 @@ from ddcl_theory.theory import timescales as ts
 SEEDS = st.integers(min_value=0, max_value=2**31 - 1)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny float64 problems: one thread is faster than two on a shared host."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 def _random_blocks(seed: int, m: int = 3, n: int = 4, symmetric: bool = False) -> ts.Blocks:
     """A well-conditioned SPD fast block A (eigenvalues in [1, 3]) and arbitrary B, C, E

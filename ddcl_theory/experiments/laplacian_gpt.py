@@ -14,12 +14,13 @@ stream before that LayerNorm (fields ``*_stream``).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from .. import data, metrics, profile
+from . import require_positive_ints
 from ..models.char_gpt import CharGPT
 from ..progress import progress
 from .laplacian_vit import (HEAD_SETTINGS, Verdict, ViTSweep, _fmt, compare,
@@ -59,12 +60,7 @@ class GPTSettings:
                    threads=p.pick(cpu=1, paper=None), l9_setting=p.pick(cpu="half", paper="5"))
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if f.name in ("lr", "seeds", "head_settings", "threads", "l9_setting"):
-                continue
-            if not isinstance(v, int) or v < 1:
-                raise ValueError(f"{f.name}: expected a positive int, got {v!r}")
+        require_positive_ints(self, skip=("lr", "seeds", "head_settings", "threads", "l9_setting"))
         if not self.seeds:
             raise ValueError("seeds: expected at least one seed")
         for s in self.head_settings:

@@ -15,13 +15,14 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from .. import data, metrics, profile
+from . import require_positive_ints
 from ..models.transformer import value_output_maps
 from ..models.vit import ViT
 from ..progress import progress
@@ -133,12 +134,7 @@ class ViTSettings:
                    threads=p.pick(cpu=1, paper=None))
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if f.name in ("lr", "weight_decay", "seeds", "head_settings", "threads"):
-                continue
-            if not isinstance(v, int) or v < 1:
-                raise ValueError(f"{f.name}: expected a positive int, got {v!r}")
+        require_positive_ints(self, skip=("lr", "weight_decay", "seeds", "head_settings", "threads"))
         if not self.seeds:
             raise ValueError("seeds: expected at least one seed")
         for s in self.head_settings:
