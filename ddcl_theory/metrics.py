@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .arrays import as_float64
+
 __all__ = [
     "AnovaSplit",
     "NeuralCollapse",
@@ -37,15 +39,8 @@ __all__ = [
 
 
 def _as_float64(x, name: str, ndim: int) -> np.ndarray:
-    """``x`` as a float64 NumPy array with ``ndim`` dimensions; ValueError naming ``name``."""
-    if hasattr(x, "detach"):
-        x = x.detach().cpu().numpy()
-    arr = np.asarray(x, dtype=np.float64)
-    if arr.ndim != ndim:
-        raise ValueError(f"{name}: expected {ndim} dimensions, got shape {arr.shape}")
-    if not np.all(np.isfinite(arr)):
-        raise ValueError(f"{name}: contains non-finite values")
-    return arr
+    """``x`` as a finite float64 NumPy array with ``ndim`` dimensions; ValueError naming ``name``."""
+    return as_float64(x, name, ndim, finite=True)
 
 
 def _as_labels(y, name: str, n: int) -> np.ndarray:

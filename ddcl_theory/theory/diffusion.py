@@ -14,15 +14,12 @@ import numpy as np
 import scipy.linalg
 import sympy as sp
 
+from ..arrays import as_float64
+
 
 # ----------------------------------------------------------------------------- basic checks
 def _as_array(a, name: str, ndim: int) -> np.ndarray:
-    if hasattr(a, "detach"):
-        a = a.detach().cpu().numpy()
-    a = np.asarray(a, dtype=np.float64)
-    if a.ndim != ndim:
-        raise ValueError(f"{name}: expected a {ndim}-d array, got shape {a.shape}")
-    return a
+    return as_float64(a, name, ndim)
 
 
 def check_row_stochastic(p, name: str = "p", atol: float = 1e-8) -> np.ndarray:
