@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .paths import results_dir
+from .tolerance import Tolerance
 
 VERDICTS = (
     "proved",
@@ -135,6 +136,7 @@ class Settlement:
     paper_value: str | None
     chapter: str
     page: str
+    tolerance: dict | None = None
 
 
 @dataclass
@@ -151,8 +153,12 @@ class Chapter:
     settled: list[Settlement] = field(default_factory=list)
 
     def settle(self, claim_id: str, verdict: str, evidence: str, *, our_value: str | None = None,
-               paper_value: str | None = None) -> Settlement:
-        """Record a verdict; raises ``ValueError`` on an unknown verdict word or a repeat id."""
+               paper_value: str | None = None, tolerance: Tolerance | None = None) -> Settlement:
+        """Record a verdict; raises ``ValueError`` on an unknown verdict word or a repeat id.
+
+        ``tolerance`` declares how far the numbers in ``our_value`` and ``evidence`` may move
+        between machines (outcomes of training); the results check uses it, tight otherwise.
+        """
         claim = get(claim_id)
         if verdict not in VERDICTS:
             raise ValueError(f"verdict: expected one of {VERDICTS}, got {verdict!r}")
@@ -162,7 +168,8 @@ class Chapter:
             raise ValueError(f"claim_id: {claim_id} already settled in chapter {self.name!r}")
         s = Settlement(claim_id, verdict, evidence.strip(), our_value,
                        paper_value if paper_value is not None else claim.paper_value,
-                       self.name, self.page)
+                       self.name, self.page,
+                       tolerance.to_dict() if tolerance is not None and tolerance.declared else None)
         self.settled.append(s)
         return s
 
@@ -171,7 +178,8 @@ class Chapter:
         directory = directory or results_dir() / "verdicts"
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / f"{self.name}.json"
-        rows = [asdict(s) for s in sorted(self.settled, key=lambda s: _sort_key(s.id))]
+        rows = [{k: v for k, v in asdict(s).items() if k != "tolerance" or v is not None}
+                for s in sorted(self.settled, key=lambda s: _sort_key(s.id))]
         path.write_text(json.dumps(rows, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
         return path
 
@@ -216,6 +224,7 @@ def build_ledger(directory: Path | None = None) -> list[dict]:
             "our_value": row["our_value"] if row else None,
             "chapter": row["chapter"] if row else None,
             "page": row["page"] if row else None,
+            "tolerance": row.get("tolerance") if row else None,
         })
     return ledger
 
