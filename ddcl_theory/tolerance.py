@@ -102,7 +102,9 @@ def numbers_agree(golden: str, actual: str, tol: Tolerance = TIGHT) -> bool:
     integers = _last_digit_unit(golden) == 0 and _last_digit_unit(actual) == 0
     if integers and not tol.declared:
         return g == a
-    slack = max(_last_digit_unit(golden), _last_digit_unit(actual))
+    # the finer of the two printed precisions: a rounding flip moves the last digit by one unit
+    units = [u for u in (_last_digit_unit(golden), _last_digit_unit(actual)) if u > 0]
+    slack = min(units) if units else 0.0
     return abs(g - a) <= slack + tol.abs + tol.rel * abs(g) + 1e-12 * abs(g)
 
 
