@@ -1,6 +1,6 @@
 # The two commands of the README: `make book` and `make test`. Everything else is for maintainers.
 VENV := .venv/bin
-NBVAL := --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 1800
+NBVAL := -p ddcl_theory.testing.nbval_numeric --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 1800
 
 .PHONY: setup book book-strict test unit goldens paper check-goldens check-render clean
 

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 # A number: optional sign, digits with optional fraction (or a bare fraction), optional exponent.
 # The look-behind keeps digits inside identifiers ("D13", "x2", "cell-004") out of it.
 NUMBER = re.compile(
-    r"(?<![A-Za-z_\d.])[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?(?![A-Za-z_\d])"
+    r"(?<![A-Za-z_\d.+-])[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?(?![A-Za-z_\d])"
 )
 DECLARATION = re.compile(r"^\s*#\s*nbval-tolerance:\s*(?P<spec>.*)$", re.MULTILINE)
 _FIELD = re.compile(r"\b(abs|rel)\s*=\s*([0-9.eE+-]+)")

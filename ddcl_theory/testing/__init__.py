@@ -1,0 +1,1 @@
+"""Test infrastructure shipped with the package (pytest plugins used by ``make test``)."""

@@ -1,0 +1,75 @@
+"""The nbval plugin: numbers within the cell's tolerance pass, words and counts stay exact."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _cell(source: str, golden_text: str) -> nbformat.NotebookNode:
+    cell = nbformat.v4.new_code_cell(source, execution_count=1)
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=golden_text)]
+    return cell
+
+
+def _nbval(tmp_path: Path, cells: list) -> subprocess.CompletedProcess:
+    nb = nbformat.v4.new_notebook(cells=cells)
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    path = tmp_path / "probe.ipynb"
+    nbformat.write(nb, path)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "ddcl_theory.testing.nbval_numeric", "--nbval",
+         "-p", "no:cacheprovider", "-q", "-rA", str(path)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def outcome(tmp_path_factory):
+    """One kernel for all the probes: which cells of a probe notebook pass."""
+    tmp = tmp_path_factory.mktemp("nbval")
+    cells = [
+        _cell("print('acc', 0.236)", "acc 0.234\n"),                           # 0: too far, tight
+        _cell("# nbval-tolerance: abs=0.01 -- probe of a training outcome\n"
+              "print('acc', 0.236)", "acc 0.234\n"),                           # 1: declared, passes
+        _cell("print('ratio', 0.386)", "ratio 0.385\n"),                       # 2: rounding flip
+        _cell("print('seeds', 11)", "seeds 10\n"),                             # 3: off-by-one count
+        _cell("# nbval-tolerance: abs=0.01 -- probe\nprint('refuted')", "confirmed\n"),  # 4: words
+        _cell("print('D13', 0.5)", "D13 0.5\n"),                               # 5: identical
+    ]
+    proc = _nbval(tmp, cells)
+    passed = {i for i in range(len(cells)) if f"PASSED probe.ipynb::Cell {i}" in proc.stdout}
+    failed = {i for i in range(len(cells)) if f"FAILED probe.ipynb::Cell {i}" in proc.stdout}
+    assert passed | failed == set(range(len(cells))), proc.stdout[-3000:]
+    return passed, proc.stdout
+
+
+def test_a_training_number_outside_the_tight_default_fails(outcome):
+    assert 0 not in outcome[0]
+
+
+def test_the_same_number_passes_within_the_declared_tolerance(outcome):
+    assert 1 in outcome[0]
+
+
+def test_a_last_digit_rounding_flip_passes(outcome):
+    assert 2 in outcome[0]
+
+
+def test_an_off_by_one_count_fails(outcome):
+    assert 3 not in outcome[0]
+    assert "golden 10, got 11" in outcome[1]
+
+
+def test_a_changed_verdict_word_fails_whatever_the_tolerance(outcome):
+    assert 4 not in outcome[0]
+
+
+def test_identical_output_passes(outcome):
+    assert 5 in outcome[0]

@@ -1,0 +1,94 @@
+"""The number-aware comparison behind the notebook regression and the results check."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ddcl_theory.report import below
+from ddcl_theory.tolerance import (TIGHT, Tolerance, compare_text, numbers_agree,
+                                   parse_declaration, split_numbers)
+
+TRAINING = Tolerance(abs=0.03, reason="training outcome")
+
+
+def test_words_and_verdicts_compare_exactly():
+    assert compare_text("D6 refuted", "D6 refuted") == []
+    assert compare_text("D6 refuted", "D6 confirmed") != []
+    assert compare_text("D6 refuted", "D6 refuted", TRAINING) == []
+    assert compare_text("verdict: qualified", "verdict: not reproduced", TRAINING) != []
+
+
+def test_an_off_by_one_count_fails_even_under_a_declared_tolerance_when_it_exceeds_it():
+    assert compare_text("10 of 12 seeds", "11 of 12 seeds") != []
+    assert compare_text("n = 147 instances", "n = 146 instances") != []
+
+
+def test_integers_compare_exactly_by_default_and_with_the_declared_tolerance_otherwise():
+    assert not numbers_agree("10", "11")
+    assert numbers_agree("10", "11", Tolerance(abs=1, reason="count of a training outcome"))
+
+
+def test_a_rounding_flip_in_the_last_printed_digit_passes_the_tight_default():
+    assert compare_text("ratio 0.385", "ratio 0.386") == []
+    assert compare_text("ratio 0.18", "ratio 0.179") == []     # round(x, 3) dropped a zero
+    assert compare_text("1.2e-03", "1.3e-03") == []
+
+
+def test_a_move_of_two_units_fails_the_tight_default_and_passes_a_declared_tolerance():
+    assert compare_text("acc 0.234", "acc 0.236") != []
+    assert compare_text("acc 0.234", "acc 0.236", TRAINING) == []
+    assert compare_text("acc 0.234", "acc 0.300", TRAINING) != []
+
+
+def test_relative_tolerance_scales_with_the_golden_value():
+    tol = Tolerance(rel=0.01, reason="relative")
+    assert numbers_agree("1000", "1009", tol)
+    assert not numbers_agree("1000", "1011", tol)
+
+
+def test_digits_inside_identifiers_are_text_not_numbers():
+    words, numbers = split_numbers("D13 cell-004 x2 eps=0.5")
+    assert numbers == ["0.5"]
+    assert compare_text("D13", "D14") != []
+
+
+def test_number_count_or_layout_changes_are_reported_as_text_differences():
+    assert compare_text("a 1 b", "a 1 b 2") != []
+    assert compare_text("a 1\nb", "a 1 b") != []
+
+
+@given(st.floats(min_value=-1e6, max_value=1e6, allow_nan=False), st.integers(1, 6))
+def test_a_number_always_agrees_with_its_own_rounding(x, digits):
+    assert numbers_agree(f"{x:.{digits}f}", f"{x:.{digits}f}")
+    assert compare_text(f"v={x:.{digits}e}", f"v={x:.{digits}e}") == []
+
+
+@given(st.floats(min_value=1e-3, max_value=1e3), st.floats(min_value=0.0, max_value=0.49))
+def test_values_half_a_unit_apart_agree_at_their_printed_precision(x, frac):
+    a, b = x, x + frac * 1e-3
+    assert numbers_agree(f"{a:.3f}", f"{b:.3f}")
+
+
+def test_parse_declaration_reads_abs_rel_and_reason():
+    src = "x = 1\n# nbval-tolerance: abs=0.02 rel=0.1 -- test accuracy of a short training run\n"
+    tol = parse_declaration(src)
+    assert (tol.abs, tol.rel, tol.reason) == (0.02, 0.1, "test accuracy of a short training run")
+    assert parse_declaration("print(1)") == TIGHT
+
+
+def test_a_declaration_without_reason_or_values_is_an_error():
+    with pytest.raises(ValueError, match="reason"):
+        parse_declaration("# nbval-tolerance: abs=0.02")
+    with pytest.raises(ValueError, match="abs="):
+        parse_declaration("# nbval-tolerance: loose -- because")
+    with pytest.raises(ValueError, match="abs"):
+        Tolerance(abs=-1, reason="negative")
+
+
+def test_below_prints_a_bound_for_rounding_noise_and_digits_otherwise():
+    assert below(7.4e-32, 1e-25) == "< 1e-25"
+    assert below(6.8e-32, 1e-25) == below(0.0, 1e-25)
+    assert below(0.0553, 1e-25) == "0.0553"
+    with pytest.raises(ValueError, match="bound"):
+        below(1.0, 0.0)
