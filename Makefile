@@ -2,14 +2,21 @@
 VENV := .venv/bin
 NBVAL := -p ddcl_theory.testing.nbval_numeric --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 1800
 
-.PHONY: setup book book-strict test unit goldens paper check-goldens check-render clean
+.PHONY: setup data book book-strict test unit goldens paper check-goldens check-render check-results clean
 
 setup:
 	@bash scripts/setup.sh
 
+## Find the real data sets (data dir, data/, ../shared/data, user cache) or fetch them from their
+## canonical sources; stops with one message naming what is missing when that is impossible.
+data: setup
+	$(VENV)/python -m ddcl_theory.data ensure
+
 ## Build the book into _build/html, executing every notebook (execution cache in _build).
+## Without the data and a network it still builds, on fallback data, with a visible NOTICE.
 book: setup
-	$(VENV)/jupyter-book build . 
+	$(VENV)/python -m ddcl_theory.data ensure --allow-missing
+	$(VENV)/jupyter-book build .
 
 ## Clean, warnings-as-errors, nitpicky build (what CI runs).
 book-strict: setup
@@ -17,7 +24,7 @@ book-strict: setup
 	$(VENV)/jupyter-book build . -W -n --keep-going
 
 ## Unit, property and notebook regression (nbval on every golden) tests.
-test: setup
+test: data
 	$(VENV)/python -m pytest tests notebooks $(NBVAL) -m "not browser"
 
 unit: setup
@@ -38,6 +45,10 @@ check-goldens: setup
 check-render: setup
 	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
 	DDCL_REQUIRE_BUILT_BOOK=1 $(VENV)/python -m pytest tests/test_rendered_book.py -m browser
+
+## Compare results/ with the committed ones: verdicts exactly, numbers within declared tolerances.
+check-results: setup
+	$(VENV)/python -m ddcl_theory.tools.results_check
 
 clean:
 	rm -rf _build

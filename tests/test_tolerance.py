@@ -92,3 +92,11 @@ def test_below_prints_a_bound_for_rounding_noise_and_digits_otherwise():
     assert below(0.0553, 1e-25) == "0.0553"
     with pytest.raises(ValueError, match="bound"):
         below(1.0, 0.0)
+
+
+def test_the_emulated_machine_switches_both_aten_and_mkl_kernels():
+    from ddcl_theory.tools.kernels import probe
+
+    emulated = probe({"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE"})
+    assert emulated["aten"] == "DEFAULT"
+    assert emulated["mkl_cnr"] == "COMPATIBLE"

@@ -6,6 +6,7 @@ golden is missing or its cells differ from its source (a stale golden).
 
     python -m ddcl_theory.tools.goldens write [NAME ...]   # all sources when no name is given
     python -m ddcl_theory.tools.goldens check
+    python -m ddcl_theory.tools.goldens compare DIR [NAME ...]  # executed copies in DIR vs goldens
     DDCL_PROFILE=paper python -m ddcl_theory.tools.goldens write --out DIR [NAME ...]
 
 Under the paper profile the executed notebooks go to ``--out`` (default ``_build/paper``), never
@@ -24,6 +25,7 @@ from nbclient import NotebookClient
 
 from .. import profile
 from ..paths import repo_root
+from ..tolerance import compare_text, parse_declaration
 
 CELL_TIMEOUT_S = 1800
 
@@ -97,14 +99,58 @@ def check(paths: list[Path] | None = None) -> list[str]:
     return problems
 
 
+def _texts(cell: nbformat.NotebookNode) -> list[str]:
+    """The text outputs of a code cell, as nbval compares them (streams and text MIME types)."""
+    texts = []
+    for out in cell.get("outputs", []):
+        if out.get("output_type") == "stream":
+            texts.append(out.get("text", ""))
+        for mime in ("text/plain", "text/markdown"):
+            if mime in out.get("data", {}):
+                texts.append(out["data"][mime])
+    return texts
+
+
+def compare(executed: Path, golden: Path) -> list[str]:
+    """How the text outputs of an executed notebook differ from its golden under each cell's
+    declared tolerance (the rules of the nbval plugin), one line per difference."""
+    problems = []
+    got_cells = [c for c in nbformat.read(executed, 4).cells if c.cell_type == "code"]
+    want_cells = [c for c in nbformat.read(golden, 4).cells if c.cell_type == "code"]
+    if len(got_cells) != len(want_cells):
+        return [f"{golden.name}: {len(want_cells)} code cells in the golden, {len(got_cells)} executed"]
+    for i, (want, got) in enumerate(zip(want_cells, got_cells)):
+        tol = parse_declaration(want.source)
+        want_texts, got_texts = _texts(want), _texts(got)
+        if len(want_texts) != len(got_texts):
+            problems.append(f"{golden.name} cell {i}: {len(want_texts)} text outputs, got {len(got_texts)}")
+            continue
+        for w, g in zip(want_texts, got_texts):
+            problems += [f"{golden.name} cell {i}: {p}" for p in compare_text(w, g, tol)]
+    return problems
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=["write", "check"])
+    parser.add_argument("command", choices=["write", "check", "compare"])
     parser.add_argument("names", nargs="*", help="source stems or prefixes, e.g. 02 or 02_decomposition")
     parser.add_argument("--out", type=Path, default=None,
                         help="write executed notebooks here instead of over the goldens "
                              "(default under the paper profile: _build/paper)")
     args = parser.parse_intermixed_args(argv)
+    if args.command == "compare":
+        if not args.names:
+            raise SystemExit("compare: name the folder of executed notebooks first")
+        folder, names = Path(args.names[0]), args.names[1:]
+        problems = []
+        for source in sources(names or None):
+            executed = folder / golden_path(source).name
+            if executed.is_file():
+                problems += compare(executed, golden_path(source))
+        for p in problems:
+            print(p)
+        print("goldens: executed copies agree" if not problems else f"goldens: {len(problems)} difference(s)")
+        return 1 if problems else 0
     if args.command == "write":
         out = args.out
         if out is None and profile.current().is_paper:
