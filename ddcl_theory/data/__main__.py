@@ -1,0 +1,4 @@
+"""``python -m ddcl_theory.data ensure|status`` (see :mod:`ddcl_theory.data.cli`)."""
+from .cli import main
+
+raise SystemExit(main())
