@@ -104,3 +104,12 @@ def test_same_seed_same_history():
     a = ea.run_one(ea.cifar_tokens(4, 8, classes=(0, 6)), TINY, 0.1, 3)
     b = ea.run_one(ea.cifar_tokens(4, 8, classes=(0, 6)), TINY, 0.1, 3)
     assert a.separation == b.separation and a.accuracy == b.accuracy
+
+
+def test_a_diverged_run_counts_as_collapsed_even_with_finite_last_separation():
+    run = ea.RunHistory(eps=1.0, seed=0, separation=[1.0, 0.9], v=[0.1, 0.1],
+                        l_q=[1.0, float("inf")], perplexity=[4.0, 4.0], accuracy=[0.5, 0.5])
+    assert run.diverged and run.collapsed
+    calm = ea.RunHistory(eps=0.1, seed=0, separation=[1.0, 0.9], v=[0.1, 0.1],
+                         l_q=[1.0, 0.5], perplexity=[4.0, 4.0], accuracy=[0.5, 0.6])
+    assert not calm.diverged and not calm.collapsed

@@ -158,8 +158,9 @@ class RunHistory:
 
     @property
     def collapsed(self) -> bool:
-        """The collapse rule on the last epoch (a diverged run counts as collapsed)."""
-        return is_collapsed(self.separation_ratio[-1], self.perplexity[-1])
+        """The collapse rule on the last epoch (a diverged run counts as collapsed, whatever its
+        last finite separation and perplexity were)."""
+        return self.diverged or is_collapsed(self.separation_ratio[-1], self.perplexity[-1])
 
     @property
     def diverged(self) -> bool:

@@ -100,11 +100,19 @@ def check(paths: list[Path] | None = None) -> list[str]:
 
 
 def _texts(cell: nbformat.NotebookNode) -> list[str]:
-    """The text outputs of a code cell, as nbval compares them (streams and text MIME types)."""
-    texts = []
+    """The text outputs of a code cell, as nbval compares them: consecutive pieces of one stream
+    joined (how a stream is cut into outputs depends on flush timing), then text MIME types."""
+    texts: list[str] = []
+    last_stream = None
     for out in cell.get("outputs", []):
         if out.get("output_type") == "stream":
-            texts.append(out.get("text", ""))
+            if last_stream == out.get("name"):
+                texts[-1] += out.get("text", "")
+            else:
+                texts.append(out.get("text", ""))
+            last_stream = out.get("name")
+            continue
+        last_stream = None
         for mime in ("text/plain", "text/markdown"):
             if mime in out.get("data", {}):
                 texts.append(out["data"][mime])
