@@ -8,6 +8,7 @@ those files with the registry below (anything not settled stays ``untested``) an
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -38,80 +39,113 @@ class Claim:
     source: str
     method: str
     paper_value: str | None = None
+    #: A few words for the ledger table (MyST inline markup, math in ``$...$``); the full
+    #: ``statement`` is shown in the claim's evidence entry below the table.
+    short: str = ""
 
 
 CLAIMS: tuple[Claim, ...] = (
     Claim("D1", "Each token is softly assigned to K global prototypes by a softmax on squared "
           "Euclidean distance; the output is the soft centroid (a convex combination of "
           "prototypes); no iterative updates at inference.", DDCL,
-          "layer definition, property tests"),
+          "layer definition, property tests",
+          short="Soft assignment to $K$ prototypes, soft-centroid output"),
     Claim("D2", "Cost is linear in sequence length, O(TK), against O(T^2) for self-attention.",
-          DDCL, "benchmark, log-log plot"),
+          DDCL, "benchmark, log-log plot",
+          short="Cost linear in sequence length, $O(TK)$"),
     Claim("D3", "Exact identity L_q = L_OLS + V, valid for any differentiable encoder.", DDCL,
-          "SymPy proof + float64 checks"),
-    Claim("D4", "V >= 0 always.", DDCL, "proof"),
-    Claim("D5", "grad_P V = 2 P Sigma_q.", DDCL, "SymPy + autograd; convention on q"),
+          "SymPy proof + float64 checks",
+          short=r"Exact identity $L_q = L_\mathrm{OLS} + V$"),
+    Claim("D4", "V >= 0 always.", DDCL, "proof",
+          short=r"$V \ge 0$ always"),
+    Claim("D5", "grad_P V = 2 P Sigma_q.", DDCL, "SymPy + autograd; convention on q",
+          short=r"Gradient $\nabla_P V = 2 P \Sigma_q$"),
     Claim("D6", "V becomes infinite when prototypes coincide, so collapse is impossible "
-          "(seed 000).", DDCL, "V at collapse"),
+          "(seed 000).", DDCL, "V at collapse",
+          short=r"$V \to \infty$ when prototypes coincide: no collapse"),
     Claim("D7", "V is a repulsive, anti-collapse force; collapse is an unstable saddle.", DDCL,
-          "Hessian analysis, critical temperature"),
+          "Hessian analysis, critical temperature",
+          short="$V$ repels; collapse is an unstable saddle"),
     Claim("D8", "Joint encoder+prototype training is stable when eps = eta_theta/eta_P << 1 "
           "(Tikhonov singular perturbation); practical range [0.01, 0.1].", DDCL,
-          "linearised eigenvalues, reduced system"),
+          "linearised eigenvalues, reduced system",
+          short=r"Joint training stable for $\varepsilon \ll 1$"),
     Claim("D9", "Ablation: separation grows for eps <= 0.1; prototypes collapse at eps >= 0.5 "
           "(seed 000) or at eps = 1.0 (seeds 002, 003).", DDCL, "joint training sweep",
-          "collapse at eps >= 0.5 (seed 000) / eps = 1.0 (seeds 002, 003)"),
+          "collapse at eps >= 0.5 (seed 000) / eps = 1.0 (seeds 002, 003)",
+          short=r"Ablation: prototypes collapse at large $\varepsilon$"),
     Claim("D10", "A global Lyapunov function (free energy) guarantees convergence to "
           "configurations with S(P) > 0, also under monotone decreasing temperature schedules.",
-          DDCL, "trajectories, counterexamples"),
+          DDCL, "trajectories, counterexamples",
+          short="Free energy is a global Lyapunov function"),
     Claim("D11", "As a soft VQ bottleneck it needs no straight-through estimator and uses 100% "
           "of the codebook from the first epoch; hard VQ-VAE (64 codes, CIFAR-10) starts at "
           "18.8% usage and needs 44 epochs to reach 100%.", DDCL, "VQ-VAE usage per epoch",
-          "soft 100% from epoch 1; hard 18.8% (or 39%) at start, 100% after 44 epochs"),
+          "soft 100% from epoch 1; hard 18.8% (or 39%) at start, 100% after 44 epochs",
+          short="Soft VQ uses the whole codebook from epoch 1"),
     Claim("D12", "Stacked layers: the decomposition holds and V^(l) >= 0 at every level at once "
-          "(two levels, 20 Newsgroups).", DDCL, "hierarchical experiment"),
+          "(two levels, 20 Newsgroups).", DDCL, "hierarchical experiment",
+          short=r"Stacked layers: $V^{(l)} \ge 0$ at every level"),
     Claim("D13", "Orbital debris (synthetic LEO/MEO/GEO/HEO): ACC 0.772 vs k-means 0.756; no "
           "V >= 0 violation in 500 epochs; separation grows monotonically.", DDCL,
-          "debris experiment", "ACC 0.772 vs k-means 0.756"),
+          "debris experiment", "ACC 0.772 vs k-means 0.756",
+          short="Orbital debris: beats k-means"),
     Claim("D14", "Frozen-BERT readout on SST-2, IMDB, 20 Newsgroups beats [CLS]/mean pooling "
           "and k-means on [CLS].", DDCL, "text experiment",
-          "ACC SST-2 (K=2) 86.7, IMDB (K=4) 91.3, 20NG 17.5"),
+          "ACC SST-2 (K=2) 86.7, IMDB (K=4) 91.3, 20NG 17.5",
+          short="Frozen-encoder readout beats CLS and mean pooling"),
     Claim("D15", "The multi-head variant with residual connection and LayerNorm drops into "
-          "standard Transformer pipelines.", DDCL, "layer + a Transformer using it"),
+          "standard Transformer pipelines.", DDCL, "layer + a Transformer using it",
+          short="Multi-head variant drops into Transformers"),
     Claim("D16", "Interpretable: every output is a mixture of global prototypes.", DDCL,
-          "a figure explaining real inputs"),
+          "a figure explaining real inputs",
+          short="Interpretable: outputs are prototype mixtures"),
     Claim("D17", "Slot Attention and Perceiver readouts have no guarantee against collapse and "
           "Slot Attention needs iterative inference updates; DDCL-Attention needs neither.",
-          DDCL, "Slot Attention and Perceiver baselines"),
+          DDCL, "Slot Attention and Perceiver baselines",
+          short="No collapse and no iterations, unlike Slot Attention"),
     Claim("L1", "With P row-stochastic, I - P is the random-walk Laplacian of the token graph: "
           "(I-P)1 = 0 and its spectrum lies in the disc |lambda - 1| <= 1.", LAPLACIAN,
-          "proof + checks"),
+          "proof + checks",
+          short="$I - P$ is the random-walk Laplacian"),
     Claim("L2", "A Laplacian head is one step of heat diffusion on the token graph.", LAPLACIAN,
-          "explicit Euler step, heat kernel"),
+          "explicit Euler step, heat kernel",
+          short="A Laplacian head is one heat-diffusion step"),
     Claim("L3", "Attention heads update the mean; Laplacian heads directly control "
-          "within-sequence variance.", LAPLACIAN, "mean/deviation split"),
+          "within-sequence variance.", LAPLACIAN, "mean/deviation split",
+          short="Laplacian heads control within-sequence variance"),
     Claim("L4", "Laplacian heads smooth: they do not increase within-sequence variance or "
-          "Dirichlet energy.", LAPLACIAN, "conditions + counterexample"),
+          "Dirichlet energy.", LAPLACIAN, "conditions + counterexample",
+          short="Laplacian heads smooth (variance, Dirichlet energy)"),
     Claim("L5", "Parameter-free, no extra cost.", LAPLACIAN,
-          "fused kernel, parameter count, timing ratio"),
+          "fused kernel, parameter count, timing ratio",
+          short="Parameter-free, no extra cost"),
     Claim("L6", "Accuracy improves almost monotonically with the number of Laplacian heads.",
-          LAPLACIAN, "small ViT sweep", "ImageNet 82.32 vs 81.45; CIFAR-100 77.04 vs 75.12"),
+          LAPLACIAN, "small ViT sweep", "ImageNet 82.32 vs 81.45; CIFAR-100 77.04 vs 75.12",
+          short="Accuracy grows with the number of Laplacian heads"),
     Claim("L7", "Lower within-sequence variance, higher between-class variance (ANOVA); "
-          "stronger Neural Collapse.", LAPLACIAN, "geometry metrics on the sweep"),
+          "stronger Neural Collapse.", LAPLACIAN, "geometry metrics on the sweep",
+          short="Lower within-, higher between-class variance"),
     Claim("L8", "Faster spectral decay: components for 99% variance drop by 21% with all heads "
-          "Laplacian.", LAPLACIAN, "k99 on token representations", "k99 547.7 -> 430.4 (-21%)"),
+          "Laplacian.", LAPLACIAN, "k99 on token representations", "k99 547.7 -> 430.4 (-21%)",
+          short="Faster spectral decay: $k_{99}$ down 21%"),
     Claim("L9", "Language modelling: better downstream average with 5 Laplacian heads; "
           "same-next-token representations more separable.", LAPLACIAN,
-          "character-level GPT"),
+          "character-level GPT",
+          short="Language modelling improves with Laplacian heads"),
     Claim("L10", "Self-supervised (DINO): better linear probe and ADE20K segmentation.",
           LAPLACIAN, "untested unless a small stand-in is justified",
-          "ADE20K 32.27 vs 29.81 mIoU"),
+          "ADE20K 32.27 vs 29.81 mIoU",
+          short="DINO: better linear probe and segmentation"),
     Claim("L11", "Causal attention: I - P is still a Laplacian (of a directed graph).",
-          LAPLACIAN, "proof + checks"),
+          LAPLACIAN, "proof + checks",
+          short="Causal attention: $I - P$ is still a Laplacian"),
     Claim("X1", "As temperature goes to 0 the layer becomes hard VQ (nearest prototype); as it "
-          "grows, assignments go uniform.", OURS, "limits, checks"),
+          "grows, assignments go uniform.", OURS, "limits, checks",
+          short="Temperature limits: hard VQ and uniform"),
     Claim("X2", "A DDCL readout on top of an encoder with Laplacian heads: does smoothing help "
-          "the prototypes?", OURS, "experiment"),
+          "the prototypes?", OURS, "experiment",
+          short="Does Laplacian smoothing help the prototypes?"),
 )
 
 _BY_ID = {c.id: c for c in CLAIMS}
@@ -236,24 +270,99 @@ def write_claims_json(ledger: list[dict], path: Path | None = None) -> Path:
     return path
 
 
-def ledger_markdown(ledger: list[dict]) -> str:
-    """The ledger as a MyST Markdown table; evidence links to the settling page.
+_MD_INLINE = frozenset("\\`*_[]{}<>$|&~")
 
-    Links are document links relative to ``notebooks/`` (where the ledger page lives), so the
-    nitpicky book build checks that each one resolves.
+
+def markdown_text(text: str | None) -> str:
+    """``text`` as MyST Markdown that renders as exactly that text, on one line.
+
+    Backslash-escapes every character with inline meaning (emphasis, links, roles, math,
+    substitutions, HTML, entities, table pipes) and whatever at the start could open a block
+    (a heading, list, quote, comment, target, fence or numbered item); runs of white space,
+    newlines included, become one space.
     """
-    def cell(text: str | None) -> str:
-        return (text or "").replace("|", "\\|").replace("\n", " ")
+    text = " ".join((text or "").split())
+    out = "".join("\\" + ch if ch in _MD_INLINE else ch for ch in text)
+    if out and out[0].isascii() and not out[0].isalnum() and not out.startswith("\\"):
+        out = "\\" + out
+    return re.sub(r"^(\d+)([.)])", r"\1\\\2", out)
 
-    lines = ["| id | claim | verdict | evidence | paper | ours |", "|---|---|---|---|---|---|"]
+
+def ledger_anchor(claim_id: str) -> str:
+    """The label of a claim's evidence entry on the ledger page, e.g. ``"ledger-d3"``."""
+    return f"ledger-{get(claim_id).id.lower()}"
+
+
+#: The label of the ledger table itself (the entries link back to it).
+LEDGER_TABLE_LABEL = "ledger-table"
+
+
+def _verdict_badge(verdict: str) -> str:
+    if verdict not in VERDICTS:
+        raise ValueError(f"verdict: expected one of {VERDICTS}, got {verdict!r}")
+    return f"{{verdict}}`{verdict}`"
+
+
+def _short(row: dict) -> str:
+    return get(row["id"]).short or markdown_text(row["statement"])
+
+
+def _value(text: str | None, empty: str = "–") -> str:
+    """A value for display: arrows typeset as arrows (an ASCII ``->`` breaks across lines)."""
+    return markdown_text(text.replace("->", "→")) if text else empty
+
+
+def ledger_markdown(ledger: list[dict]) -> str:
+    """The ledger at a glance: a MyST list-table of id, short claim, verdict, paper, ours.
+
+    Each id links (a ``{ref}`` to :func:`ledger_anchor`) to the claim's evidence entry made by
+    :func:`ledger_entries_markdown`; each verdict is a ``{verdict}`` badge (the role lives in
+    ``book/_ext/verdict_badges.py``, the colours in ``_static/ledger.css``). The table carries
+    the class ``ddcl-ledger`` and the label :data:`LEDGER_TABLE_LABEL`; a missing value is an
+    empty cell (the stylesheet marks it). The nitpicky book build checks every link.
+    """
+    lines = ["::::{list-table}", ":header-rows: 1", ":class: ddcl-ledger",
+             f":name: {LEDGER_TABLE_LABEL}", "",
+             "* - id", "  - claim", "  - verdict", "  - paper", "  - ours"]
     for row in ledger:
-        evidence = cell(row["evidence"])
-        if row["page"]:
-            page = row["page"].rsplit("/", 1)[-1]
-            evidence = f"[{evidence}]({page}.md)"
-        lines.append(f"| {row['id']} | {cell(row['statement'])} | **{row['verdict']}** | "
-                     f"{evidence} | {cell(row['paper_value'])} | {cell(row['our_value'])} |")
+        lines += [f"* - {{ref}}`{row['id']} <{ledger_anchor(row['id'])}>`",
+                  f"  - {_short(row)}",
+                  f"  - {_verdict_badge(row['verdict'])}",
+                  f"  - {_value(row['paper_value'], empty='')}".rstrip(),
+                  f"  - {_value(row['our_value'], empty='')}".rstrip()]
+    lines.append("::::")
     return "\n".join(lines)
+
+
+def ledger_entries_markdown(ledger: list[dict]) -> str:
+    """One evidence entry per claim, each under its own label (:func:`ledger_anchor`).
+
+    An entry holds the full statement and its source, the evidence, the paper's value beside
+    ours, and a ``{doc}`` link to the chapter page that settled the claim (or the method still
+    to be used, for an ``untested`` claim that no chapter settled).
+    """
+    blocks = []
+    for row in ledger:
+        method = f"**Method:** {markdown_text(row['method'])}."
+        if row["page"]:
+            settled = f"{method} **Settled in** {{doc}}`/{row['page']}`."
+        else:
+            settled = f"{method} Not settled by any chapter yet."
+        blocks.append("\n".join([
+            f"({ledger_anchor(row['id'])})=",
+            ":::{container} ddcl-ledger-entry",
+            f"**{row['id']}** {_verdict_badge(row['verdict'])} {markdown_text(row['source'])}",
+            "",
+            f"**Claim.** {markdown_text(row['statement'])}",
+            "",
+            f"**Evidence.** {_value(row['evidence'])}",
+            "",
+            f"**Paper:** {_value(row['paper_value'])} · **Ours:** {_value(row['our_value'])}",
+            "",
+            f"{settled} {{ref}}`Back to the table <{LEDGER_TABLE_LABEL}>`",
+            ":::",
+        ]))
+    return "\n\n".join(blocks)
 
 
 def verdict_counts(ledger: list[dict]) -> dict[str, int]:

@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import json
 import re
+import string
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ddcl_theory import claims
 
@@ -60,13 +63,136 @@ def test_build_ledger_rejects_a_claim_settled_twice(tmp_path):
         claims.build_ledger(tmp_path)
 
 
-def test_ledger_markdown_links_evidence_to_its_page(tmp_path):
+def _parse_myst(text: str):
+    """Doctree of MyST ``text`` (the book's syntax extensions; ref/doc as plain inline roles,
+    {verdict} as the book's own role)."""
+    from docutils.core import publish_doctree
+    from myst_parser.parsers.docutils_ import Parser
+
+    return publish_doctree(text, parser=Parser(), settings_overrides={
+        "myst_enable_extensions": ["colon_fence", "dollarmath", "amsmath", "substitution"],
+        "report_level": 5, "halt_level": 5, "warning_stream": False})
+
+
+@pytest.fixture()
+def book_roles():
+    """The book's {verdict} role, and {ref}/{doc} as inline text, registered with docutils."""
+    import sys
+
+    from docutils import nodes
+    from docutils.parsers.rst import roles
+
+    sys.path.insert(0, str(ROOT / "book" / "_ext"))
+    try:
+        import verdict_badges
+    finally:
+        sys.path.remove(str(ROOT / "book" / "_ext"))
+
+    def xref(name, rawtext, text, lineno, inliner, options=None, content=None):
+        title = re.sub(r"\s*<[^>]*>$", "", text) or text
+        return [nodes.reference(rawtext, title, refuri=text, classes=[f"xref-{name}"])], []
+
+    added = {"verdict": verdict_badges.verdict_role, "ref": xref, "doc": xref}
+    for name, fn in added.items():
+        roles.register_local_role(name, fn)
+    yield
+    for name in added:
+        roles._roles.pop(name, None)
+
+
+def _settled_ledger(tmp_path):
     ch = claims.Chapter("a", page="notebooks/02_decomposition")
-    ch.settle("D3", "proved", "a | b")
+    ch.settle("D3", "proved", "a | b, $x$ and *y* stay text", our_value="err -> 0",
+              paper_value="L_q = L_OLS + V")
+    ch.settle("L7", "not reproduced", "ran it", our_value="1.0")
     ch.save(tmp_path)
-    table = claims.ledger_markdown(claims.build_ledger(tmp_path))
-    assert "[a \\| b](02_decomposition.md)" in table
-    assert table.count("\n") == len(claims.CLAIMS) + 1
+    return claims.build_ledger(tmp_path)
+
+
+def test_every_claim_has_a_short_text_for_the_table():
+    for c in claims.CLAIMS:
+        assert c.short.strip(), f"{c.id}: no short text"
+        assert len(c.short) <= 60 and "\n" not in c.short, f"{c.id}: {c.short!r}"
+        assert c.short.count("$") % 2 == 0, f"{c.id}: unbalanced $ in {c.short!r}"
+
+
+MARKDOWN_TRAPS = ["a | b", "L_q = L_OLS + V", "$x$ *y* [CLS](x) {{ sub }} <b>", "# head",
+                  "1. item", "2) item", "% comment", "(label)=", ":::{note}", "- x", "+++", "> q",
+                  "a\\b", "&amp; &#33;", "`code`", "{ref}`x`", "1e-12 < 3 << 4", "x  y\nz",
+                  "--- ", "==", "~~no~~", "eps = eta_theta/eta_P << 1", "***"]
+
+
+@pytest.mark.parametrize("text", MARKDOWN_TRAPS)
+def test_markdown_text_renders_as_exactly_the_text(text):
+    assert _parse_myst(claims.markdown_text(text)).astext() == " ".join(text.split())
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.text(alphabet=string.ascii_letters[:6] + string.digits[:3] + string.punctuation
+               + " \n\tαé→–", max_size=40))
+def test_markdown_text_renders_as_exactly_the_text_for_any_text(text):
+    assert _parse_myst(claims.markdown_text(text)).astext() == " ".join(text.split())
+
+
+def test_ledger_table_has_one_row_per_claim_with_a_badge_and_both_values(tmp_path, book_roles):
+    from docutils import nodes
+
+    ledger = _settled_ledger(tmp_path)
+    doc = _parse_myst(claims.ledger_markdown(ledger))
+    [table] = list(doc.findall(nodes.table))
+    assert "ddcl-ledger" in table["classes"] and claims.LEDGER_TABLE_LABEL in table["names"]
+    rows = list(table.findall(nodes.row))
+    assert len(rows) == len(claims.CLAIMS) + 1
+    assert [e.astext() for e in rows[0].findall(nodes.entry)] == ["id", "claim", "verdict",
+                                                                    "paper", "ours"]
+    for row, data in zip(rows[1:], ledger):
+        cells = list(row.findall(nodes.entry))
+        assert len(cells) == 5
+        [link] = list(cells[0].findall(nodes.reference))
+        assert link.astext() == data["id"] and link["refuri"].endswith(
+            f"<{claims.ledger_anchor(data['id'])}>")
+        [badge] = [n for n in cells[2].findall(nodes.inline) if "ddcl-verdict" in n["classes"]]
+        assert badge.astext() == data["verdict"]
+        assert cells[3].astext() == (data["paper_value"] or "").replace("->", "→")
+        assert cells[4].astext() == (data["our_value"] or "").replace("->", "→")
+    d3 = rows[1 + [r["id"] for r in ledger].index("D3")]
+    assert [c.astext() for c in d3.findall(nodes.entry)][3:] == ["L_q = L_OLS + V", "err → 0"]
+
+
+def test_ledger_entries_hold_statement_evidence_and_chapter_link(tmp_path, book_roles):
+    from docutils import nodes
+
+    ledger = _settled_ledger(tmp_path)
+    text = claims.ledger_entries_markdown(ledger)
+    anchors = re.findall(r"^\(([^)]+)\)=$", text, flags=re.M)
+    assert anchors == [claims.ledger_anchor(c.id) for c in claims.CLAIMS]
+    doc = _parse_myst(text)
+    entries = [n for n in doc.findall(nodes.container) if "ddcl-ledger-entry" in n["classes"]]
+    assert len(entries) == len(claims.CLAIMS)
+    by_id = dict(zip([r["id"] for r in ledger], entries))
+    d3 = " ".join(by_id["D3"].astext().split())
+    assert claims.get("D3").statement in d3 and "a | b, $x$ and *y* stay text" in d3
+    links = [n["refuri"] for n in by_id["D3"].findall(nodes.reference)]
+    assert "/notebooks/02_decomposition" in links
+    assert f"Back to the table <{claims.LEDGER_TABLE_LABEL}>" in links
+    assert not any("notebooks" in n["refuri"] for n in by_id["D5"].findall(nodes.reference))
+    assert "Not settled by any chapter yet" in by_id["D5"].astext()
+
+
+def test_ledger_anchors_are_distinct_labels():
+    anchors = [claims.ledger_anchor(c.id) for c in claims.CLAIMS]
+    assert len(set(anchors)) == len(anchors) and claims.LEDGER_TABLE_LABEL not in anchors
+    with pytest.raises(KeyError, match="claim_id"):
+        claims.ledger_anchor("D99")
+
+
+def test_ledger_markdown_rejects_an_unknown_verdict(tmp_path):
+    ledger = claims.build_ledger(tmp_path)
+    ledger[0]["verdict"] = "maybe"
+    with pytest.raises(ValueError, match="verdict"):
+        claims.ledger_markdown(ledger)
+    with pytest.raises(ValueError, match="verdict"):
+        claims.ledger_entries_markdown(ledger)
 
 
 def test_committed_claims_json_matches_the_verdict_files():
