@@ -5,6 +5,11 @@ the environment variable ``DDCL_PROFILE``:
 
 * ``cpu`` (default): everything runs on CPU in minutes; the committed goldens use it.
 * ``paper``: paper-scale settings on a GPU (``cuda`` when available).
+
+``DDCL_SMOKE=1`` beside ``DDCL_PROFILE=paper`` is the paper profile's smoke test: paper-scale
+shapes and data, but the budgets (epochs, steps, seeds) that an experiment declares with
+``pick(..., smoke=...)`` shrink to a handful, so a shape error or a missing data set shows on a
+CPU in seconds instead of on someone's GPU.
 """
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ import numpy as np
 import torch
 
 PROFILE_ENV = "DDCL_PROFILE"
+SMOKE_ENV = "DDCL_SMOKE"
 PROFILES = ("cpu", "paper")
 DEFAULT_PROFILE = "cpu"
 
@@ -34,14 +40,21 @@ class Profile:
 
     name: str
     device: str
+    smoke: bool = False
 
     @property
     def is_paper(self) -> bool:
         return self.name == "paper"
 
-    def pick(self, *, cpu: T, paper: T) -> T:
-        """Return the value for this profile: ``profile.pick(cpu=3, paper=10)``."""
-        return paper if self.is_paper else cpu
+    def pick(self, *, cpu: T, paper: T, smoke: T | None = None) -> T:
+        """Return the value for this profile: ``profile.pick(cpu=3, paper=10, smoke=1)``.
+
+        ``smoke`` (for budgets only: epochs, steps, seeds) replaces the paper value in the paper
+        profile's smoke test; sizes and shapes leave it out and stay at paper scale.
+        """
+        if self.is_paper:
+            return smoke if (self.smoke and smoke is not None) else paper
+        return cpu
 
 
 def current() -> Profile:
@@ -49,11 +62,14 @@ def current() -> Profile:
     name = os.environ.get(PROFILE_ENV, DEFAULT_PROFILE).strip().lower() or DEFAULT_PROFILE
     if name not in PROFILES:
         raise ValueError(f"{PROFILE_ENV}={name!r}: expected one of {PROFILES}")
-    if name == "paper" and torch.cuda.is_available():
+    smoke = os.environ.get(SMOKE_ENV, "").strip().lower() not in ("", "0", "false", "no")
+    if smoke and name != "paper":
+        raise ValueError(f"{SMOKE_ENV}=1 is the paper profile's smoke test: set {PROFILE_ENV}=paper too")
+    if name == "paper" and torch.cuda.is_available() and not smoke:
         device = "cuda"
     else:
         device = "cpu"
-    return Profile(name=name, device=device)
+    return Profile(name=name, device=device, smoke=smoke)
 
 
 def require(name: str) -> Profile:

@@ -54,3 +54,21 @@ def test_goldens_refuse_paper_output_over_the_goldens(monkeypatch):
 
     with pytest.raises(SystemExit, match="cpu-profile"):
         goldens.main(["write", "--out", str(goldens.notebooks_dir()), "99"])
+
+
+def test_smoke_replaces_only_declared_budgets_in_the_paper_profile(monkeypatch):
+    monkeypatch.setenv(profile.PROFILE_ENV, "paper")
+    monkeypatch.setenv(profile.SMOKE_ENV, "1")
+    prof = profile.current()
+    assert prof.smoke and prof.device == "cpu"
+    assert prof.pick(cpu=3, paper=100, smoke=2) == 2      # a budget shrinks
+    assert prof.pick(cpu=64, paper=512) == 512            # a size stays at paper scale
+    monkeypatch.setenv(profile.SMOKE_ENV, "0")
+    assert profile.current().pick(cpu=3, paper=100, smoke=2) == 100
+
+
+def test_smoke_without_the_paper_profile_is_an_error(monkeypatch):
+    monkeypatch.delenv(profile.PROFILE_ENV, raising=False)
+    monkeypatch.setenv(profile.SMOKE_ENV, "1")
+    with pytest.raises(ValueError, match="DDCL_PROFILE=paper"):
+        profile.current()
