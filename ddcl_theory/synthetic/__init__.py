@@ -1,0 +1,1 @@
+"""Synthetic data sets with a documented generative model (deterministic by seed)."""
