@@ -2,7 +2,7 @@
 VENV := .venv/bin
 NBVAL := -p ddcl_theory.testing.nbval_numeric --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 1800
 
-.PHONY: setup data book book-strict test unit goldens paper check-goldens check-render check-results clean
+.PHONY: setup data book book-strict test unit goldens paper smoke check-goldens check-render check-results clean
 
 setup:
 	@bash scripts/setup.sh
@@ -34,9 +34,16 @@ unit: setup
 goldens: setup
 	$(VENV)/python -m ddcl_theory.tools.goldens write $(NAMES)
 
-## Rerun chapters at paper scale (GPU if present) into _build/paper; goldens stay untouched.
-paper: setup
-	DDCL_PROFILE=paper $(VENV)/python -m ddcl_theory.tools.goldens write $(NAMES)
+## Rerun chapters at paper scale (GPU if present) into _build/paper, verdicts into results/paper;
+## goldens stay untouched. Resumes: chapters already done with the same provenance are skipped,
+## experiments resume from their checkpoints (results/paper/runs). FORCE=1 reruns from scratch.
+paper: data
+	DDCL_PROFILE=paper $(VENV)/python -m ddcl_theory.tools.goldens write $(if $(FORCE),--force) $(NAMES)
+
+## The paper profile's smoke test: every experiment at paper sizes, a handful of steps, on CPU
+## (one thread: the budgets are tiny, and threads only contend on a shared host).
+smoke: data
+	DDCL_PROFILE=paper DDCL_SMOKE=1 $(VENV)/python -m ddcl_theory.tools.smoke --threads 1 $(NAMES)
 
 check-goldens: setup
 	$(VENV)/python -m ddcl_theory.tools.goldens check

@@ -3,15 +3,18 @@
 A chapter notebook settles claims through :class:`Chapter`; each settlement is computed by code
 in that notebook and written to ``results/verdicts/<chapter>.json``. :func:`build_ledger` merges
 those files with the registry below (anything not settled stays ``untested``) and
-:func:`write_claims_json` writes ``results/claims.json``.
+:func:`write_claims_json` writes ``results/claims.json``. When a paper-profile rerun has left its
+verdicts in ``results/paper/verdicts``, the cpu-profile ledger shows them beside its own.
 """
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from . import profile
 from .paths import results_dir
 from .tolerance import Tolerance
 
@@ -228,12 +231,14 @@ def _sort_key(claim_id: str) -> tuple[int, int]:
     return order[claim_id[0]], int(claim_id[1:])
 
 
-def build_ledger(directory: Path | None = None) -> list[dict]:
-    """Every registered claim, merged with the settlements in ``<results>/verdicts/*.json``.
+#: ``DDCL_LEDGER_PAPER=0`` hides the paper-profile verdicts from the cpu-profile ledger (e.g. to
+#: check the ledger golden in a checkout that also holds a paper-profile rerun).
+PAPER_LEDGER_ENV = "DDCL_LEDGER_PAPER"
 
-    Raises ``ValueError`` when two chapters settle the same claim or a file names an unknown id.
-    """
-    directory = directory or results_dir() / "verdicts"
+
+def _settlements(directory: Path) -> dict[str, dict]:
+    """Settlement rows by claim id from ``directory/*.json``; ``ValueError`` on an unknown id
+    or verdict, or a claim settled twice."""
     settled: dict[str, dict] = {}
     for path in sorted(directory.glob("*.json")):
         for row in json.loads(path.read_text(encoding="utf-8")):
@@ -244,6 +249,36 @@ def build_ledger(directory: Path | None = None) -> list[dict]:
                 raise ValueError(f"claim {row['id']} settled twice: {settled[row['id']]['chapter']}"
                                  f" and {row['chapter']}")
             settled[row["id"]] = row
+    return settled
+
+
+def paper_verdicts_dir() -> Path | None:
+    """``<results>/paper/verdicts`` when the cpu profile is active, it holds verdict files and
+    ``DDCL_LEDGER_PAPER`` is not ``0``; None otherwise."""
+    if profile.current().is_paper:
+        return None
+    if os.environ.get(PAPER_LEDGER_ENV, "").strip().lower() in ("0", "false", "no"):
+        return None
+    folder = results_dir() / "paper" / "verdicts"
+    return folder if folder.is_dir() and any(folder.glob("*.json")) else None
+
+
+def build_ledger(directory: Path | None = None, paper_directory: Path | None = None
+                 ) -> list[dict]:
+    """Every registered claim, merged with the settlements in ``<results>/verdicts/*.json``.
+
+    With paper-profile verdicts (``paper_directory``; by default :func:`paper_verdicts_dir`
+    when ``directory`` is not given) every row also carries ``"paper_profile"``: the verdict,
+    evidence, our value, chapter, page and tolerance of the paper-profile rerun, or None for a
+    claim that rerun did not settle. Without them the rows are exactly as before (no such key).
+
+    Raises ``ValueError`` when two chapters settle the same claim or a file names an unknown id.
+    """
+    if directory is None and paper_directory is None:
+        paper_directory = paper_verdicts_dir()
+    directory = directory or results_dir() / "verdicts"
+    settled = _settlements(directory)
+    at_scale = _settlements(paper_directory) if paper_directory is not None else None
     ledger = []
     for c in CLAIMS:
         row = settled.get(c.id)
@@ -260,7 +295,17 @@ def build_ledger(directory: Path | None = None) -> list[dict]:
             "page": row["page"] if row else None,
             "tolerance": row.get("tolerance") if row else None,
         })
+        if at_scale is not None:
+            big = at_scale.get(c.id)
+            ledger[-1]["paper_profile"] = None if big is None else {
+                k: big.get(k) for k in ("verdict", "evidence", "our_value", "chapter", "page",
+                                        "tolerance")}
     return ledger
+
+
+def has_paper_profile(ledger: list[dict]) -> bool:
+    """The ledger carries paper-profile verdicts (see :func:`build_ledger`)."""
+    return any("paper_profile" in row for row in ledger)
 
 
 def write_claims_json(ledger: list[dict], path: Path | None = None) -> Path:
@@ -320,18 +365,35 @@ def ledger_markdown(ledger: list[dict]) -> str:
     ``book/_ext/verdict_badges.py``, the colours in ``_static/ledger.css``). The table carries
     the class ``ddcl-ledger`` and the label :data:`LEDGER_TABLE_LABEL`; a missing value is an
     empty cell (the stylesheet marks it). The nitpicky book build checks every link.
+
+    With paper-profile verdicts in the ledger (:func:`has_paper_profile`) a last column, "ours
+    at paper scale", shows the paper-profile rerun's verdict badge and value; without them the
+    table is exactly the five columns above.
     """
+    at_scale = has_paper_profile(ledger)
     lines = ["::::{list-table}", ":header-rows: 1", ":class: ddcl-ledger",
              f":name: {LEDGER_TABLE_LABEL}", "",
              "* - id", "  - claim", "  - verdict", "  - paper", "  - ours"]
+    if at_scale:
+        lines.append("  - ours at paper scale")
     for row in ledger:
         lines += [f"* - {{ref}}`{row['id']} <{ledger_anchor(row['id'])}>`",
                   f"  - {_short(row)}",
                   f"  - {_verdict_badge(row['verdict'])}",
                   f"  - {_value(row['paper_value'], empty='')}".rstrip(),
                   f"  - {_value(row['our_value'], empty='')}".rstrip()]
+        if at_scale:
+            lines.append(f"  - {_paper_profile_cell(row.get('paper_profile'))}".rstrip())
     lines.append("::::")
     return "\n".join(lines)
+
+
+def _paper_profile_cell(big: dict | None) -> str:
+    """A paper-profile verdict badge and its value for the table (empty when not settled)."""
+    if not big:
+        return ""
+    value = _value(big.get("our_value"), empty="")
+    return f"{_verdict_badge(big['verdict'])} {value}".rstrip()
 
 
 def ledger_entries_markdown(ledger: list[dict]) -> str:
@@ -348,6 +410,13 @@ def ledger_entries_markdown(ledger: list[dict]) -> str:
             settled = f"{method} **Settled in** {{doc}}`/{row['page']}`."
         else:
             settled = f"{method} Not settled by any chapter yet."
+        at_scale = []
+        if "paper_profile" in row:
+            big = row["paper_profile"]
+            at_scale = ([f"**At paper scale:** {_verdict_badge(big['verdict'])} · **Ours:** "
+                         f"{_value(big.get('our_value'))} · **Evidence:** "
+                         f"{_value(big.get('evidence'))}", ""] if big else
+                        ["**At paper scale:** not settled by the paper-profile rerun.", ""])
         blocks.append("\n".join([
             f"({ledger_anchor(row['id'])})=",
             ":::{container} ddcl-ledger-entry",
@@ -359,6 +428,7 @@ def ledger_entries_markdown(ledger: list[dict]) -> str:
             "",
             f"**Paper:** {_value(row['paper_value'])} · **Ours:** {_value(row['our_value'])}",
             "",
+            *at_scale,
             f"{settled} {{ref}}`Back to the table <{LEDGER_TABLE_LABEL}>`",
             ":::",
         ]))

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .. import profile
+from .. import profile, runs
 from ..data import image_patches, load_cifar10
 from ..progress import progress
 from ..prototypes import separation
@@ -32,8 +32,10 @@ class AnnealingSettings:
     k: int = field(default_factory=lambda: profile.current().pick(cpu=8, paper=16))
     start_ratio: float = 1.6          # tau_0 = start_ratio * T_c
     end_ratio: float = 0.03           # last tau = end_ratio * T_c
-    n_temperatures: int = field(default_factory=lambda: profile.current().pick(cpu=40, paper=120))
-    max_iters: int = field(default_factory=lambda: profile.current().pick(cpu=2000, paper=10000))
+    n_temperatures: int = field(default_factory=lambda: profile.current().pick(cpu=40, paper=120,
+                                                                                 smoke=3))
+    max_iters: int = field(default_factory=lambda: profile.current().pick(cpu=2000, paper=10000,
+                                                                            smoke=5))
     converged: float = 1e-9           # stop when no prototype moves more (relative to sqrt(tr C))
     perturbation: float = 1e-6        # relative to sqrt(tr C)
     merge_tol: float = 1e-2           # relative to sqrt(tr C)
@@ -97,7 +99,12 @@ def patch_tokens(n_tokens: int, patch: int, dim: int, seed: int) -> tuple[torch.
 
 
 def run(settings: AnnealingSettings | None = None) -> AnnealingResult:
-    """Anneal a bank of ``settings.k`` prototypes from above T_c; see the module docstring."""
+    """Anneal a bank of ``settings.k`` prototypes from above T_c; see the module docstring.
+
+    In the paper profile the state (bank, records, generator) is checkpointed after every
+    temperature (:class:`runs.RunDir`), so a killed run resumes at the next temperature with the
+    numbers an uninterrupted run would give.
+    """
     s = settings or AnnealingSettings()
     gen = profile.seed_everything(s.seed)
     z, source = patch_tokens(s.n_tokens, s.patch, s.dim, s.seed)
@@ -106,7 +113,12 @@ def run(settings: AnnealingSettings | None = None) -> AnnealingResult:
     taus = np.geomspace(s.start_ratio * t_c, s.end_ratio * t_c, s.n_temperatures)
     p = collapsed(z, s.k)
     rec_p, rec_n, rec_min, rec_mean, rec_f, rec_ok = [], [], [], [], [], []
-    for tau in progress(taus, desc="annealing"):
+    ckpt = runs.RunDir("annealing", s)
+    first = 0
+    if (saved := ckpt.load_state(generators={"gen": gen})) is not None:
+        first, (p, rec_p, rec_n, rec_min, rec_mean, rec_f, rec_ok) = saved
+    for i in progress(range(first, len(taus)), desc="annealing"):
+        tau = taus[i]
         noise = torch.randn(p.shape, generator=gen, dtype=torch.float64)
         p = p + s.perturbation * scale * noise
         p, _, settled = em_fixed_point(z, p, float(tau), max_iters=s.max_iters,
@@ -117,6 +129,9 @@ def run(settings: AnnealingSettings | None = None) -> AnnealingResult:
         rec_min.append(float(separation(p, "min")))
         rec_mean.append(float(separation(p, "mean")))
         rec_f.append(float(free_energy(z, p, float(tau))))
+        ckpt.save_state(position=i + 1, generators={"gen": gen},
+                        extra=(p, rec_p, rec_n, rec_min, rec_mean, rec_f, rec_ok))
+    ckpt.finish()
     return AnnealingResult(z, t_c, taus, torch.stack(rec_p).numpy(), np.array(rec_n),
                            np.array(rec_min), np.array(rec_mean), np.array(rec_f), np.array(rec_ok),
                            source)

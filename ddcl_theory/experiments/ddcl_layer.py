@@ -9,13 +9,14 @@
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 import torch.nn.functional as nnf
 
-from .. import profile
+from .. import profile, runs
 from ..data import image_patches, load_cifar10
 from ..layers.ddcl import DDCLAttention
 from ..models.ddcl_transformer import DDCLTransformer
@@ -38,7 +39,8 @@ class PatchSettings:
     patch: int = 4
     num_prototypes: int = 16
     temperature: float = 0.1
-    steps: int = field(default_factory=lambda: profile.current().pick(cpu=100, paper=1000))
+    steps: int = field(default_factory=lambda: profile.current().pick(cpu=100, paper=1000,
+                                                                        smoke=2))
     lr: float = 0.01
     seed: int = 0
 
@@ -91,21 +93,34 @@ def _unpatch(tokens: np.ndarray, size: int, patch: int, channels: int) -> np.nda
 
 
 def run_patch_prototypes(settings: PatchSettings | None = None) -> PatchResult:
-    """Fit K patch prototypes by k-means++ then Adam on L_q; explain test patches with them."""
+    """Fit K patch prototypes by k-means++ then Adam on L_q; explain test patches with them.
+
+    In the paper profile the finished fit is checkpointed (:class:`runs.RunDir`).
+    """
     s = settings or PatchSettings()
+    ckpt = runs.RunDir("patch_prototypes", s)
+    result = ckpt.unit("run", lambda: _fit_patches(s))
+    ckpt.finish()
+    return result
+
+
+def _fit_patches(s: PatchSettings) -> PatchResult:
+    """The fit of :func:`run_patch_prototypes` on the profile's device (result on the CPU)."""
+    device = profile.current().device
     gen = profile.seed_everything(s.seed)
     data = load_cifar10()
-    train = cifar_patch_tokens(data.x_train[: s.n_images], s.patch)            # (N, T, D)
+    train = cifar_patch_tokens(data.x_train[: s.n_images], s.patch).to(device)  # (N, T, D)
     test_images = data.x_test[: s.n_test]
-    test = cifar_patch_tokens(test_images, s.patch)
+    test = cifar_patch_tokens(test_images, s.patch).to(device)
     dim = train.shape[-1]
     layer = DDCLAttention(dim, s.num_prototypes, heads=1, temperature=s.temperature,
-                          residual=False, norm=False, projections=False)
+                          residual=False, norm=False, projections=False).to(device)
     layer.init_prototypes_from(train, generator=gen)
     opt = torch.optim.Adam([layer.prototypes], lr=s.lr)
     hist: dict[str, list[float]] = {"l_q": [], "l_ols": [], "v": []}
     for _ in progress(range(s.steps), desc="patch prototypes"):
-        losses = layer(train).losses
+        with runs.autocast(device):          # no-op on CPU; the layer's losses stay float32
+            losses = layer(train).losses
         opt.zero_grad()
         losses.l_q.backward()
         opt.step()
@@ -123,22 +138,28 @@ def run_patch_prototypes(settings: PatchSettings | None = None) -> PatchResult:
         top = q.reshape(-1, s.num_prototypes).topk(2, dim=-1).values
         use = usage(q)
         size, channels = test_images.shape[1], test_images.shape[-1]
-        recon = _unpatch(out.centroids[:, 0].numpy(), size, s.patch, channels)
-        protos = bank.numpy().reshape(s.num_prototypes, s.patch, s.patch, channels)
-    return PatchResult(layer, np.clip(protos, 0, 1), test_images, data.y_test[: s.n_test],
-                       q.numpy(), np.clip(recon, 0, 1), r2, r2_hard, float(top[:, 0].mean()),
+        recon = _unpatch(out.centroids[:, 0].cpu().numpy(), size, s.patch, channels)
+        protos = bank.cpu().numpy().reshape(s.num_prototypes, s.patch, s.patch, channels)
+    return PatchResult(layer.cpu(), np.clip(protos, 0, 1), test_images, data.y_test[: s.n_test],
+                       q.cpu().numpy(), np.clip(recon, 0, 1), r2, r2_hard, float(top[:, 0].mean()),
                        float(top.sum(-1).mean()), use.fraction_used, float(perplexity(q)),
                        hist["l_q"], hist["l_ols"], hist["v"], data.source)
 
 
 # ------------------------------------------------------------------------- Transformer (D15)
+#: Training and test images of the paper smoke test (a few batches).
+SMOKE_IMAGES = 200
+
+
 @dataclass(frozen=True)
 class TransformerSettings:
     """Settings of :func:`run_transformer` (values from the active profile by default)."""
 
-    n_train: int = field(default_factory=lambda: profile.current().pick(cpu=1000, paper=10000))
-    n_test: int = field(default_factory=lambda: profile.current().pick(cpu=500, paper=1000))
-    epochs: int = field(default_factory=lambda: profile.current().pick(cpu=4, paper=30))
+    n_train: int = field(default_factory=lambda: profile.current().pick(cpu=1000, paper=10000,
+                                                                          smoke=SMOKE_IMAGES))
+    n_test: int = field(default_factory=lambda: profile.current().pick(cpu=500, paper=1000,
+                                                                         smoke=SMOKE_IMAGES))
+    epochs: int = field(default_factory=lambda: profile.current().pick(cpu=4, paper=30, smoke=1))
     batch_size: int = 50
     lr: float = 2e-3
     patch: int = 4
@@ -215,6 +236,7 @@ def train_classifier(s: TransformerSettings, variant: str, data) -> TrainLog:
     if variant not in VARIANTS:
         raise ValueError(f"variant: expected one of {VARIANTS}, got {variant!r}")
     x_tr, y_tr, x_te, y_te = data
+    device = x_tr.device
     gen = profile.seed_everything(s.seed)
     n_classes = int(y_tr.max()) + 1
     model = DDCLTransformer(n_classes, x_tr.shape[1], input_dim=x_tr.shape[-1], dim=s.dim,
@@ -222,23 +244,25 @@ def train_classifier(s: TransformerSettings, variant: str, data) -> TrainLog:
                             num_prototypes=s.num_prototypes, ddcl_heads=s.ddcl_heads,
                             temperature=s.temperature,
                             readout="ddcl" if variant == "ddcl" else "mean",
-                            ddcl_block_after=0 if variant == "block" else None)
+                            ddcl_block_after=0 if variant == "block" else None).to(device)
     if variant != "mean":
         model.init_prototypes_from(x_tr[:200], generator=gen)
     readout = variant
     opt = torch.optim.AdamW(model.parameters(), lr=s.lr, weight_decay=0.0)
+    forward = runs.maybe_compile(model)          # the model itself unless DDCL_COMPILE=1
     log = TrainLog(readout, [], [], [], [], [], True)
     for _ in progress(range(s.epochs), desc=f"train {readout}"):
         order = torch.randperm(len(x_tr), generator=gen)
         total, count = 0.0, 0
         for i in range(0, len(order), s.batch_size):
-            idx = order[i:i + s.batch_size]
-            out = model(x_tr[idx])
-            ce = nnf.cross_entropy(out.logits, y_tr[idx])
+            idx = order[i:i + s.batch_size].to(device)
+            with runs.autocast(device):          # bf16 on CUDA (paper), no-op on CPU
+                out = forward(x_tr[idx])
+                ce = nnf.cross_entropy(out.logits, y_tr[idx])
             loss = ce
             ddcl_out = out.ddcl if out.ddcl is not None else out.block
             if ddcl_out is not None:
-                lq = ddcl_out.losses
+                lq = ddcl_out.losses              # float32 island of the layer
                 loss = ce + s.beta * lq.l_q
                 log.l_q.append(float(lq.l_q.detach()))
                 log.l_ols.append(float(lq.l_ols.detach()))
@@ -266,15 +290,24 @@ def train_classifier(s: TransformerSettings, variant: str, data) -> TrainLog:
 
 
 def run_transformer(settings: TransformerSettings | None = None) -> TransformerResult:
-    """Train the three :data:`VARIANTS` of the Transformer on CIFAR-10 patch tokens."""
+    """Train the three :data:`VARIANTS` of the Transformer on CIFAR-10 patch tokens.
+
+    In the paper profile each finished variant is checkpointed (:class:`runs.RunDir`), so a
+    killed run resumes at the next variant (each variant seeds itself: same numbers).
+    """
     s = settings or TransformerSettings()
+    device = profile.current().device
     data = load_cifar10()
     x_tr = cifar_patch_tokens(data.x_train[: s.n_train], s.patch)
     x_te = cifar_patch_tokens(data.x_test[: s.n_test], s.patch)
     x_tr, x_te = _standardise(x_tr, x_te)
     y_tr = torch.from_numpy(data.y_train[: s.n_train])
     y_te = torch.from_numpy(data.y_test[: s.n_test])
-    logs = {v: train_classifier(s, v, (x_tr, y_tr, x_te, y_te)) for v in VARIANTS}
+    tensors = tuple(t.to(device) for t in (x_tr, y_tr, x_te, y_te))
+    ckpt = runs.RunDir("ddcl_transformer", s)
+    logs = {v: ckpt.unit(f"variant={v}", functools.partial(train_classifier, s, v, tensors))
+            for v in VARIANTS}
+    ckpt.finish()
     n_classes = int(y_tr.max()) + 1
     return TransformerResult(logs, 1.0 / n_classes, n_classes, data.source)
 
@@ -285,8 +318,9 @@ class OperationCounts:
     """Floating-point operations of one forward pass (one sequence), counted by torch's
     ``FlopCounterMode`` (matrix products only), beside the closed forms.
 
-    DDCL (losses included): 4 T dim H d_h + 8 T K H d_h + H (2 T K^2 + 2 K^2 d_h), the last
-    term from V's pairwise form; self-attention (nn.MultiheadAttention, weights path):
+    DDCL (losses included): 4 T dim H d_h + 2 dim H d_h + 2 T K H (2 d_h + 1)
+    + H (2 T K^2 + 2 K^2 d_h): token maps, the pooled summary's map, distances + centroids + L_q
+    (shared by output and losses), and V's pairwise form; self-attention (nn.MultiheadAttention, weights path):
     8 T dim^2 + 4 T^2 dim.
     """
 
@@ -316,7 +350,8 @@ def operation_counts(seq_lens: list[int], dim: int = 64, num_prototypes: int = 1
                 attn(x, x, x, need_weights=True)
             res.attention.append(int(fc.get_total_flops()))
             k = num_prototypes
-            res.ddcl_formula.append(4 * t * dim * heads * hd + 8 * t * k * heads * hd
+            res.ddcl_formula.append(4 * t * dim * heads * hd + 2 * dim * heads * hd
+                                    + 2 * t * k * heads * (2 * hd + 1)
                                     + heads * (2 * t * k * k + 2 * k * k * hd))
             res.attention_formula.append(8 * t * dim * dim + 4 * t * t * dim)
     return res

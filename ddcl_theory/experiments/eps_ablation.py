@@ -18,6 +18,7 @@ and a run "collapses" when its last epoch satisfies the rule.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,6 +28,7 @@ from torch import nn
 from .. import data as ddata
 from .. import profile
 from .. import prototypes as protos
+from .. import runs
 from ..layers.ddcl import DDCLAttention
 from ..models.encoders import TokenMLP
 from ..progress import progress
@@ -129,13 +131,14 @@ class AblationSettings:
 
     @classmethod
     def from_profile(cls) -> "AblationSettings":
-        """cpu: 6 eps x 3 seeds, 256 training images, 12 epochs; paper: 6 x 10 seeds, 2,000 images."""
+        """cpu: 6 eps x 3 seeds, 256 training images, 12 epochs; paper: 6 x 10 seeds, 2,000 images
+        (paper smoke test: one seed, one epoch)."""
         prof = profile.current()
         return cls(
-            seeds=prof.pick(cpu=(0, 1, 2), paper=tuple(range(10))),
+            seeds=prof.pick(cpu=(0, 1, 2), paper=tuple(range(10)), smoke=(0,)),
             n_train_per_class=prof.pick(cpu=128, paper=1000),
             n_test=prof.pick(cpu=500, paper=1000),
-            epochs=prof.pick(cpu=12, paper=40),
+            epochs=prof.pick(cpu=12, paper=40, smoke=1),
         )
 
 
@@ -277,6 +280,7 @@ def run_one(tokens: Tokens, s: AblationSettings, eps: float, seed: int) -> RunHi
     with torch.no_grad():
         model.ddcl.init_prototypes_from(model.encoder(x_tr), generator=gen)
     opt_p, opt_theta = _optimisers(model, s, eps)
+    forward = runs.maybe_compile(model)          # the model itself unless DDCL_COMPILE=1
     hist = RunHistory(eps=eps, seed=seed)
     _measure(model, x_tr, x_te, y_te, hist)
     n = x_tr.shape[0]
@@ -284,8 +288,9 @@ def run_one(tokens: Tokens, s: AblationSettings, eps: float, seed: int) -> RunHi
         order = torch.randperm(n, generator=gen)
         for start in range(0, n, s.batch_size):
             idx = order[start:start + s.batch_size].to(device)
-            logits, out = model(x_tr[idx])
-            ce = nn.functional.cross_entropy(logits, y_tr[idx])
+            with runs.autocast(device):              # bf16 on CUDA (paper), no-op on CPU
+                logits, out = forward(x_tr[idx])
+                ce = nn.functional.cross_entropy(logits, y_tr[idx])
             opt_p.zero_grad()
             opt_theta.zero_grad()
             if s.prototypes_see_task:
@@ -304,12 +309,20 @@ def run_one(tokens: Tokens, s: AblationSettings, eps: float, seed: int) -> RunHi
 
 
 def run(settings: AblationSettings | None = None) -> AblationResult:
-    """The full sweep: every eps in ``settings.eps_values`` times every seed."""
+    """The full sweep: every eps in ``settings.eps_values`` times every seed.
+
+    In the paper profile every finished (eps, seed) run is checkpointed (:class:`runs.RunDir`), so
+    a killed sweep resumes at the next unfinished run; each run seeds itself, so the resumed sweep
+    gives the same numbers as an uninterrupted one.
+    """
     s = settings or AblationSettings.from_profile()
     tokens = cifar_tokens(s.n_train_per_class, s.n_test, patch=s.patch, classes=s.classes)
     jobs = [(eps, seed) for eps in s.eps_values for seed in s.seeds]
-    runs = [run_one(tokens, s, eps, seed) for eps, seed in progress(jobs, desc="eps sweep")]
-    return AblationResult(s, runs, tokens.source)
+    ckpt = runs.RunDir("eps_ablation", s)
+    histories = [ckpt.unit(f"eps={eps},seed={seed}", functools.partial(run_one, tokens, s, eps, seed))
+                 for eps, seed in progress(jobs, desc="eps sweep")]
+    ckpt.finish()
+    return AblationResult(s, histories, tokens.source)
 
 
 # --------------------------------------------------------------------------------------------

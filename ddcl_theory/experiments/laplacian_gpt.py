@@ -14,12 +14,13 @@ stream before that LayerNorm (fields ``*_stream``).
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from .. import data, metrics, profile
+from .. import data, metrics, profile, runs
 from . import require_positive_ints
 from ..models.char_gpt import CharGPT
 from ..progress import progress
@@ -50,13 +51,18 @@ class GPTSettings:
 
     @classmethod
     def from_profile(cls) -> "GPTSettings":
+        """cpu and paper scales; the paper smoke test keeps the paper model (block 256, width
+        384, 6 layers, 12 heads) and shrinks the budget: 2 steps of 4 windows, 16 validation
+        windows, one seed, three head settings (none, 5 of 12 and all Laplacian)."""
         p = profile.current()
         return cls(block_size=p.pick(cpu=32, paper=256), dim=p.pick(cpu=32, paper=384),
                    depth=p.pick(cpu=2, paper=6), heads=p.pick(cpu=4, paper=12),
-                   mlp_ratio=4, batch_size=p.pick(cpu=32, paper=64),
-                   steps=p.pick(cpu=150, paper=5000), lr=p.pick(cpu=3e-3, paper=1e-3),
-                   eval_windows=p.pick(cpu=128, paper=512), cdnv_min_count=10, seeds=(0, 1, 2),
-                   head_settings=p.pick(cpu=HEAD_SETTINGS, paper=("0", "1", "5", "half", "all")),
+                   mlp_ratio=4, batch_size=p.pick(cpu=32, paper=64, smoke=4),
+                   steps=p.pick(cpu=150, paper=5000, smoke=2), lr=p.pick(cpu=3e-3, paper=1e-3),
+                   eval_windows=p.pick(cpu=128, paper=512, smoke=16), cdnv_min_count=10,
+                   seeds=p.pick(cpu=(0, 1, 2), paper=(0, 1, 2), smoke=(0,)),
+                   head_settings=p.pick(cpu=HEAD_SETTINGS, paper=("0", "1", "5", "half", "all"),
+                                        smoke=("0", "5", "all")),
                    threads=p.pick(cpu=1, paper=None), l9_setting=p.pick(cpu="half", paper="5"))
 
     def __post_init__(self) -> None:
@@ -114,9 +120,19 @@ def _windows(ids: torch.Tensor, starts: torch.Tensor, block: int) -> tuple[torch
     return x, y
 
 
+#: Saves of the training state per run (paper profile): a killed run resumes at the last save.
+STATE_SAVES = 10
+
+
 def train_one(settings: GPTSettings, setting: str, seed: int, train_ids: torch.Tensor,
-              val_ids: torch.Tensor, vocab_size: int, device: str) -> GPTRun:
-    """Train one GPT for ``settings.steps`` steps and measure it; deterministic given the seed."""
+              val_ids: torch.Tensor, vocab_size: int, device: str,
+              ckpt: runs.RunDir | None = None) -> GPTRun:
+    """Train one GPT for ``settings.steps`` steps and measure it; deterministic given the seed.
+
+    With an enabled ``ckpt`` (the paper profile) the training state (model, optimiser,
+    scheduler, sampling generator, losses, next step) is saved :data:`STATE_SAVES` times per run
+    and a saved state of this (setting, seed) is resumed from.
+    """
     gen = profile.seed_everything(seed)
     n_lap = laplacian_count(setting, settings.heads)
     block = settings.block_size
@@ -127,17 +143,28 @@ def train_one(settings: GPTSettings, setting: str, seed: int, train_ids: torch.T
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=settings.steps)
     tail = max(1, settings.steps // 10)
     losses: list[float] = []
+    state = dict(modules={"model": model}, optimizers={"opt": opt}, schedulers={"sched": sched},
+                 generators={"gen": gen})
+    name = f"state-setting={setting},seed={seed}"
+    every, first = max(1, settings.steps // STATE_SAVES), 0
+    if ckpt is not None and (saved := ckpt.load_state(name, **state)) is not None:
+        first, losses = saved[0], list(saved[1])
+    forward = runs.maybe_compile(model)          # the model itself unless DDCL_COMPILE=1
     model.train()
-    for _ in progress(range(settings.steps), desc=f"GPT {setting} seed {seed}"):
+    for step in progress(range(first, settings.steps), desc=f"GPT {setting} seed {seed}",
+                         total=settings.steps - first):
         starts = torch.randint(0, len(train_ids) - block - 1, (settings.batch_size,),
                                generator=gen).to(device)
         x, y = _windows(train_ids, starts, block)
-        loss = model.loss(x, y)
+        with runs.autocast(device):                  # bf16 on CUDA (paper), no-op on CPU
+            loss = _next_char_loss(forward, x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         sched.step()
         losses.append(loss.item())
+        if ckpt is not None and (step + 1) % every == 0 and step + 1 < settings.steps:
+            ckpt.save_state(name, position=step + 1, extra=losses, **state)
     model.eval()
     starts = torch.linspace(0, len(val_ids) - block - 2, settings.eval_windows).long().to(device)
     x, y = _windows(val_ids, starts, block)
@@ -161,8 +188,19 @@ def train_one(settings: GPTSettings, setting: str, seed: int, train_ids: torch.T
                   attn_sign_balance=attn_balance, lap_sign_balance=lap_balance)
 
 
+def _next_char_loss(forward: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """``CharGPT.loss`` through ``forward`` (the model or its compiled wrapper): mean
+    next-character cross-entropy of ``y`` (B, T) given ``x`` (B, T)."""
+    logits = forward(x)
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+
+
 def run(settings: GPTSettings | None = None) -> GPTSweep:
-    """Train and measure every (head setting, seed) pair of ``settings``."""
+    """Train and measure every (head setting, seed) pair of ``settings``.
+
+    In the paper profile every finished (setting, seed) run is checkpointed, and so is the
+    training state within a run (:class:`runs.RunDir`): a killed sweep resumes where it stopped.
+    """
     settings = settings or GPTSettings.from_profile()
     device = profile.current().device
     text, source = data.load_text()
@@ -170,10 +208,18 @@ def run(settings: GPTSettings | None = None) -> GPTSweep:
     cut = int(0.9 * len(ids))
     train_ids = torch.from_numpy(ids[:cut]).to(device)
     val_ids = torch.from_numpy(ids[cut:]).to(device)
+    ckpt = runs.RunDir("laplacian_gpt", settings)
     with num_threads(settings.threads):
-        runs = [train_one(settings, s, seed, train_ids, val_ids, len(vocab), device)
-                for s in settings.head_settings for seed in settings.seeds]
-    return GPTSweep(settings, runs, source, len(vocab))
+        done = []
+        for s in settings.head_settings:
+            for seed in settings.seeds:
+                key = f"setting={s},seed={seed}"
+                done.append(ckpt.unit(key, functools.partial(
+                    train_one, settings, s, seed, train_ids, val_ids, len(vocab), device,
+                    ckpt if ckpt.enabled else None)))
+                ckpt.clear_state(f"state-{key}")
+    ckpt.finish()
+    return GPTSweep(settings, done, source, len(vocab))
 
 
 def verdict_l8(vit: ViTSweep, gpt: GPTSweep) -> Verdict:

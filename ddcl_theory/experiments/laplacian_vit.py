@@ -13,6 +13,7 @@ recorded on the residual stream before that LayerNorm (fields ``*_stream``).
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .. import data, metrics, profile
+from .. import data, metrics, profile, runs
 from . import require_positive_ints
 from ..models.transformer import value_output_maps
 from ..models.vit import ViT
@@ -32,6 +33,10 @@ __all__ = ["HEAD_SETTINGS", "laplacian_count", "ViTSettings", "ViTRun", "ViTSwee
            "head_sign_balances"]
 
 HEAD_SETTINGS = ("0", "1", "half", "all")
+#: Training and test images of the paper smoke test (one batch of the paper's size each).
+SMOKE_IMAGES = 128
+#: Head settings of the paper smoke test: no, some and only Laplacian heads (every code path).
+SMOKE_HEAD_SETTINGS = ("0", "half", "all")
 
 
 def laplacian_count(setting: str, heads: int) -> int:
@@ -124,13 +129,20 @@ class ViTSettings:
 
     @classmethod
     def from_profile(cls) -> "ViTSettings":
+        """cpu and paper scales; the paper smoke test keeps the paper model and shrinks the
+        budget: one epoch over :data:`SMOKE_IMAGES` training images, one seed, three head
+        settings (none, some, all Laplacian)."""
         p = profile.current()
-        return cls(n_train=p.pick(cpu=3000, paper=10000), n_test=p.pick(cpu=1000, paper=1000),
+        return cls(n_train=p.pick(cpu=3000, paper=10000, smoke=SMOKE_IMAGES),
+                   n_test=p.pick(cpu=1000, paper=1000, smoke=SMOKE_IMAGES),
                    patch=p.pick(cpu=8, paper=4), dim=p.pick(cpu=32, paper=192),
                    depth=p.pick(cpu=2, paper=6), heads=p.pick(cpu=4, paper=6),
                    mlp_ratio=p.pick(cpu=2, paper=4), batch_size=p.pick(cpu=128, paper=128),
-                   epochs=p.pick(cpu=4, paper=60), lr=p.pick(cpu=3e-3, paper=1e-3),
-                   weight_decay=p.pick(cpu=0.0, paper=0.05), seeds=(0, 1, 2),
+                   epochs=p.pick(cpu=4, paper=60, smoke=1), lr=p.pick(cpu=3e-3, paper=1e-3),
+                   weight_decay=p.pick(cpu=0.0, paper=0.05),
+                   seeds=p.pick(cpu=(0, 1, 2), paper=(0, 1, 2), smoke=(0,)),
+                   head_settings=p.pick(cpu=HEAD_SETTINGS, paper=HEAD_SETTINGS,
+                                        smoke=SMOKE_HEAD_SETTINGS),
                    threads=p.pick(cpu=1, paper=None))
 
     def __post_init__(self) -> None:
@@ -224,6 +236,7 @@ def train_one(settings: ViTSettings, setting: str, seed: int, tensors: tuple, nu
     total = settings.epochs * steps_per_epoch
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda step: 0.5 * (1 + math.cos(math.pi * min(step, total) / total)))
+    forward = runs.maybe_compile(model)          # the model itself unless DDCL_COMPILE=1
     last_losses: list[float] = []
     model.train()
     for epoch in progress(range(settings.epochs), desc=f"ViT {setting} seed {seed}"):
@@ -231,7 +244,8 @@ def train_one(settings: ViTSettings, setting: str, seed: int, tensors: tuple, nu
         last_losses = []
         for i in range(steps_per_epoch):
             idx = order[i * settings.batch_size:(i + 1) * settings.batch_size]
-            loss = F.cross_entropy(model(p_tr[idx]), y_tr[idx])
+            with runs.autocast(device):              # bf16 on CUDA (paper), no-op on CPU
+                loss = F.cross_entropy(forward(p_tr[idx]), y_tr[idx])
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -260,14 +274,22 @@ def train_one(settings: ViTSettings, setting: str, seed: int, tensors: tuple, nu
 
 
 def run(settings: ViTSettings | None = None) -> ViTSweep:
-    """Train and measure every (head setting, seed) pair of ``settings``."""
+    """Train and measure every (head setting, seed) pair of ``settings``.
+
+    In the paper profile every finished (setting, seed) run is checkpointed
+    (:class:`runs.RunDir`), so a killed sweep resumes at the next unfinished run.
+    """
     settings = settings or ViTSettings.from_profile()
     device = profile.current().device
+    ckpt = runs.RunDir("laplacian_vit", settings)
     with num_threads(settings.threads):
         *tensors, source, num_classes = _prepare(settings)
-        runs = [train_one(settings, s, seed, tuple(tensors), num_classes, device)
+        done = [ckpt.unit(f"setting={s},seed={seed}",
+                          functools.partial(train_one, settings, s, seed, tuple(tensors),
+                                            num_classes, device))
                 for s in settings.head_settings for seed in settings.seeds]
-    return ViTSweep(settings, runs, source, num_classes, tokens=int(tensors[0].shape[1]))
+    ckpt.finish()
+    return ViTSweep(settings, done, source, num_classes, tokens=int(tensors[0].shape[1]))
 
 
 def verdict_l6(sweep: ViTSweep) -> Verdict:

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .. import profile
+from .. import profile, runs
 from ..data import load_text
 from ..layers.laplacian import LaplacianAttention
 
@@ -36,8 +36,9 @@ class LearnedAttentionSettings:
 
     @classmethod
     def from_profile(cls, causal: bool = True) -> "LearnedAttentionSettings":
+        """cpu and paper scales (the paper smoke test: 12 steps at the paper's sizes)."""
         prof = profile.current()
-        return cls(causal=causal, steps=prof.pick(cpu=150, paper=3000),
+        return cls(causal=causal, steps=prof.pick(cpu=150, paper=3000, smoke=12),
                    seq_len=prof.pick(cpu=32, paper=128), dim=prof.pick(cpu=32, paper=128))
 
 
@@ -68,8 +69,21 @@ class _OneLayer(nn.Module):
 
 
 def run(settings: LearnedAttentionSettings | None = None) -> LearnedAttentionResult:
-    """Train the one-layer model and return its attention matrices on held-out text."""
+    """Train the one-layer model and return its attention matrices on held-out text.
+
+    In the paper profile the finished run is checkpointed (:class:`runs.RunDir`): a chapter
+    rerun after an interruption reads it back instead of training again.
+    """
     s = settings or LearnedAttentionSettings.from_profile()
+    ckpt = runs.RunDir("learned_attention", s)
+    result = ckpt.unit("run", lambda: _train(s))
+    ckpt.finish()
+    return result
+
+
+def _train(s: LearnedAttentionSettings) -> LearnedAttentionResult:
+    """The training run of :func:`run` on the profile's device."""
+    device = profile.current().device
     gen = profile.seed_everything(s.seed)
     text, source = load_text()
     chars = sorted(set(text))
@@ -77,9 +91,11 @@ def run(settings: LearnedAttentionSettings | None = None) -> LearnedAttentionRes
     codes = torch.tensor([lookup[c] for c in text[:200_000]], dtype=torch.long)
     cut = int(0.9 * len(codes))
     train, held = codes[:cut], codes[cut:]
+    train, held = train.to(device), held.to(device)
     vocab = len(chars)
-    model = _OneLayer(vocab, s)
+    model = _OneLayer(vocab, s).to(device)        # initialised on the CPU: same weights
     opt = torch.optim.Adam(model.parameters(), lr=s.lr)
+    forward = runs.maybe_compile(model)          # the model itself unless DDCL_COMPILE=1
 
     def batch(data: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         start = torch.randint(0, len(data) - s.seq_len - 1, (n,), generator=gen)
@@ -90,12 +106,14 @@ def run(settings: LearnedAttentionSettings | None = None) -> LearnedAttentionRes
     for _ in range(s.steps):
         inp, nxt = batch(train, s.batch)
         if s.causal:
-            loss = F.cross_entropy(model(inp).reshape(-1, vocab), nxt.reshape(-1))
+            with runs.autocast(device):              # bf16 on CUDA (paper), no-op on CPU
+                loss = F.cross_entropy(forward(inp).reshape(-1, vocab), nxt.reshape(-1))
         else:
-            hide = torch.rand(inp.shape, generator=gen) < s.mask_rate
+            hide = (torch.rand(inp.shape, generator=gen) < s.mask_rate).to(device)
             hide[:, 0] |= ~hide.any(dim=1)
-            logits = model(inp.masked_fill(hide, vocab))
-            loss = F.cross_entropy(logits[hide], inp[hide])
+            with runs.autocast(device):
+                logits = forward(inp.masked_fill(hide, vocab))
+                loss = F.cross_entropy(logits[hide], inp[hide])
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -104,7 +122,7 @@ def run(settings: LearnedAttentionSettings | None = None) -> LearnedAttentionRes
     with torch.no_grad():
         inp, _ = batch(held, s.samples)
         _, p = model(inp, return_attention=True)
-    p = p.double()
+    p = p.double().cpu()
     p = p / p.sum(dim=-1, keepdim=True)     # remove float32 rounding of the row sums (~1e-7)
     return LearnedAttentionResult(s, p.numpy(), float(np.mean(losses[:10])),
                                   float(np.mean(losses[-10:])), source)

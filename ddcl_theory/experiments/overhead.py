@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .. import profile
+from .. import profile, runs
 from ..layers.laplacian import LaplacianAttention
 
 
@@ -33,10 +33,14 @@ class OverheadSettings:
 
     @classmethod
     def from_profile(cls) -> "OverheadSettings":
+        """cpu and paper sizes; the paper smoke test times one sequence of the paper's shape
+        once, after no warm-up."""
         prof = profile.current()
-        return cls(batch=prof.pick(cpu=8, paper=32), seq_len=prof.pick(cpu=256, paper=1024),
+        return cls(batch=prof.pick(cpu=8, paper=32, smoke=1),
+                   seq_len=prof.pick(cpu=256, paper=1024),
                    dim=prof.pick(cpu=128, paper=768), heads=prof.pick(cpu=8, paper=12),
-                   repeats=prof.pick(cpu=15, paper=50))
+                   repeats=prof.pick(cpu=15, paper=50, smoke=1),
+                   warmup=prof.pick(cpu=3, paper=3, smoke=0))
 
 
 @dataclass
@@ -85,8 +89,19 @@ def _build(settings: OverheadSettings, laplacian_heads: int, state: dict | None)
 
 
 def run(settings: OverheadSettings | None = None) -> OverheadResult:
-    """Count parameters and FLOPs, then time the variants interleaved (no_grad forward)."""
+    """Count parameters and FLOPs, then time the variants interleaved (no_grad forward).
+
+    In the paper profile the finished measurement is checkpointed (:class:`runs.RunDir`).
+    """
     s = settings or OverheadSettings.from_profile()
+    ckpt = runs.RunDir("overhead", s)
+    result = ckpt.unit("run", lambda: _measure(s))
+    ckpt.finish()
+    return result
+
+
+def _measure(s: OverheadSettings) -> OverheadResult:
+    """The measurement of :func:`run`."""
     profile.seed_everything(s.seed)
     device = profile.current().device
     variants = (0, s.heads // 2, s.heads)

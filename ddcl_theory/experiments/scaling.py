@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .. import profile
+from .. import profile, runs
 from ..layers.ddcl import DDCLAttention
 
 
@@ -31,10 +31,13 @@ class ScalingSettings:
 
     @classmethod
     def from_profile(cls) -> "ScalingSettings":
+        """cpu and paper sweeps; the paper smoke test times the two shortest paper lengths once
+        (the longer ones cost minutes of CPU for self-attention)."""
         prof = profile.current()
         return cls(seq_lens=prof.pick(cpu=(128, 256, 512, 1024, 2048),
-                                      paper=(256, 1024, 4096, 16384, 32768)),
-                   dim=prof.pick(cpu=64, paper=768), repeats=prof.pick(cpu=5, paper=20))
+                                      paper=(256, 1024, 4096, 16384, 32768),
+                                      smoke=(256, 1024)),
+                   dim=prof.pick(cpu=64, paper=768), repeats=prof.pick(cpu=5, paper=20, smoke=1))
 
 
 @dataclass
@@ -70,26 +73,40 @@ def _timed(fn) -> float:
 
 
 def run(settings: ScalingSettings | None = None) -> ScalingResult:
-    """Time one DDCL layer and one ``nn.MultiheadAttention`` (fused kernel) at each length."""
+    """Time one DDCL layer and one ``nn.MultiheadAttention`` (fused kernel) at each length.
+
+    In the paper profile the medians at each finished length are checkpointed
+    (:class:`runs.RunDir`), so a killed sweep resumes at the next length.
+    """
     s = settings or ScalingSettings.from_profile()
     device = profile.current().device
     profile.seed_everything(0)
     ddcl = DDCLAttention(s.dim, s.num_prototypes, heads=s.heads).to(device).eval()
     attn = torch.nn.MultiheadAttention(s.dim, s.attn_heads, batch_first=True).to(device).eval()
     out = ScalingResult(s, [], [])
+    ckpt = runs.RunDir("scaling", s)
+    for t in s.seq_lens:
+        t_ddcl, t_attn = ckpt.unit(f"T={t}", lambda: _time_length(s, t, ddcl, attn, device))
+        out.ddcl.append(t_ddcl)
+        out.attention.append(t_attn)
+    ckpt.finish()
+    return out
+
+
+def _time_length(s: ScalingSettings, t: int, ddcl: DDCLAttention,
+                 attn: torch.nn.MultiheadAttention, device: str) -> tuple[float, float]:
+    """Median seconds (DDCL, attention) per forward pass on a (batch, t, dim) input, the two
+    interleaved within each repeat after one warm-up call each."""
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     with torch.no_grad():
-        for t in s.seq_lens:
-            x = torch.randn(s.batch, t, s.dim, device=device)
-            runs = {"ddcl": lambda: (ddcl(x), sync()),
-                    "attention": lambda: (attn(x, x, x, need_weights=False), sync())}
-            for fn in runs.values():
-                fn()                                    # warm-up
-            times = {k: [] for k in runs}
-            for r in range(s.repeats):
-                order = list(runs) if r % 2 == 0 else list(runs)[::-1]
-                for k in order:
-                    times[k].append(_timed(runs[k]))
-            out.ddcl.append(float(np.median(times["ddcl"])))
-            out.attention.append(float(np.median(times["attention"])))
-    return out
+        x = torch.randn(s.batch, t, s.dim, device=device)
+        calls = {"ddcl": lambda: (ddcl(x), sync()),
+                 "attention": lambda: (attn(x, x, x, need_weights=False), sync())}
+        for fn in calls.values():
+            fn()                                        # warm-up
+        times = {k: [] for k in calls}
+        for r in range(s.repeats):
+            order = list(calls) if r % 2 == 0 else list(calls)[::-1]
+            for k in order:
+                times[k].append(_timed(calls[k]))
+    return float(np.median(times["ddcl"])), float(np.median(times["attention"]))

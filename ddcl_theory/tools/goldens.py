@@ -7,27 +7,39 @@ golden is missing or its cells differ from its source (a stale golden).
     python -m ddcl_theory.tools.goldens write [NAME ...]   # all sources when no name is given
     python -m ddcl_theory.tools.goldens check
     python -m ddcl_theory.tools.goldens compare DIR [NAME ...]  # executed copies in DIR vs goldens
-    DDCL_PROFILE=paper python -m ddcl_theory.tools.goldens write --out DIR [NAME ...]
+    DDCL_PROFILE=paper python -m ddcl_theory.tools.goldens write [--out DIR] [--force] [NAME ...]
 
 Under the paper profile the executed notebooks go to ``--out`` (default ``_build/paper``), never
-over the committed cpu-profile goldens.
+over the committed cpu-profile goldens. In the paper profile, beside each executed notebook lies
+``<name>.provenance.json`` (:func:`ddcl_theory.runs.provenance` plus the chapter source's
+sha256); a chapter whose notebook and provenance are already there with the same provenance
+(code, chapter source, profile, device, versions) is skipped unless ``--force``, so an
+interrupted ``make paper`` resumes at the next unfinished chapter (and inside a chapter, at the
+next unfinished unit of its experiments: ``ddcl_theory.runs.RunDir``). ``--force`` reruns the
+chapters and ignores the experiments' checkpoints too (``DDCL_RESUME=0``).
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
+import os
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import jupytext
 import nbformat
 from nbclient import NotebookClient
 
-from .. import profile
-from ..paths import repo_root
+from .. import profile, runs
+from ..paths import repo_root, results_dir
 from ..tolerance import compare_text, parse_declaration
 
 CELL_TIMEOUT_S = 1800
+#: Provenance fields that must match for a chapter already executed into ``--out`` to be skipped.
+CHAPTER_FIELDS = ("profile", "smoke", "device", "device_name", "autocast", "compile", "python",
+                  "torch", "cuda", "numpy", "code_sha256", "source_sha256", "inputs_sha256")
 
 
 def notebooks_dir() -> Path:
@@ -76,8 +88,52 @@ def write(source: Path, out_dir: Path | None = None) -> float:
                    resources={"metadata": {"path": str(source.parent)}}).execute()
     elapsed = time.perf_counter() - start
     target = golden_path(source) if out_dir is None else out_dir / golden_path(source).name
-    nbformat.write(normalise(nb), target)
+    text = nbformat.writes(normalise(nb))
+    runs.atomic_write_text(target, text if text.endswith("\n") else text + "\n")
     return elapsed
+
+
+def provenance_path(source: Path, out_dir: Path) -> Path:
+    """``<out_dir>/<stem>.provenance.json``: the provenance of an executed chapter."""
+    return out_dir / f"{source.stem}.provenance.json"
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _inputs_hash(source: Path) -> str | None:
+    """sha256 of what a chapter reads besides code: the verdict files, for the ledger chapter
+    (a chapter whose source calls ``build_ledger``); None for the others."""
+    if "build_ledger" not in source.read_text(encoding="utf-8"):
+        return None
+    folder = results_dir() / "verdicts"
+    h = hashlib.sha256()
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        h.update(path.name.encode("utf-8") + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def chapter_provenance(source: Path) -> dict:
+    """:func:`ddcl_theory.runs.provenance` of executing ``source`` now, with the sha256 of the
+    source and of the inputs it reads (:func:`_inputs_hash`)."""
+    record = runs.provenance(f"chapter:{source.stem}")
+    record["source_sha256"] = _sha256(source.read_bytes())
+    record["inputs_sha256"] = _inputs_hash(source)
+    return record
+
+
+def completed(source: Path, out_dir: Path, record: dict | None = None) -> bool:
+    """``source`` was executed into ``out_dir`` with the provenance it would have now
+    (:data:`CHAPTER_FIELDS`)."""
+    stored = provenance_path(source, out_dir)
+    if not (stored.is_file() and (out_dir / golden_path(source).name).is_file()):
+        return False
+    try:
+        previous = runs.read_json(stored)
+    except (OSError, ValueError):
+        return False
+    return runs.same_provenance(previous, record or chapter_provenance(source), CHAPTER_FIELDS)
 
 
 def check(paths: list[Path] | None = None) -> list[str]:
@@ -147,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None,
                         help="write executed notebooks here instead of over the goldens "
                              "(default under the paper profile: _build/paper)")
+    parser.add_argument("--force", action="store_true",
+                        help="with --out: rerun chapters already executed with the same "
+                             "provenance, and ignore the experiments' checkpoints")
     args = parser.parse_intermixed_args(argv)
     if args.command == "compare":
         if not args.names:
@@ -170,9 +229,21 @@ def main(argv: list[str] | None = None) -> int:
             if out == notebooks_dir().resolve():
                 raise SystemExit("--out: the goldens folder holds cpu-profile outputs only")
             out.mkdir(parents=True, exist_ok=True)
+        resumable = out is not None and profile.current().is_paper
+        if args.force:
+            os.environ[runs.RESUME_ENV] = "0"       # the kernels inherit it
         for source in sources(args.names):
+            record = chapter_provenance(source) if resumable else None
+            if resumable and not args.force and completed(source, out, record):
+                print(f"skipping {source.name}: already executed with the same provenance "
+                      f"(--force to rerun)", flush=True)
+                continue
             print(f"executing {source.name} ({profile.describe()}) ...", flush=True)
             seconds = write(source, out)
+            if resumable:
+                record["completed_utc"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+                record["seconds"] = round(seconds, 1)
+                runs.write_json(provenance_path(source, out), record)
             print(f"  wrote {(out / golden_path(source).name) if out else golden_path(source).name}"
                   f" in {seconds:.0f} s", flush=True)
         return 0

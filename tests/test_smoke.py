@@ -1,0 +1,98 @@
+"""The paper profile's smoke test (ddcl_theory.tools.smoke): every registered experiment declares
+smoke budgets that leave the paper's shapes alone, and runs at paper settings on CPU."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ddcl_theory import profile
+from ddcl_theory.tools import smoke
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: Settings fields a smoke run may shrink: budgets (how long, how often, how many runs or
+#: examples), never a model size or a per-example shape.
+BUDGET_FIELDS = {"epochs", "steps", "seeds", "repeats", "warmup", "n_temperatures", "max_iters",
+                 "n_train", "n_test", "batch_size", "batch", "eval_windows", "head_settings",
+                 "seq_lens"}
+
+
+def _settings(entry, monkeypatch, smoke_flag: bool):
+    monkeypatch.setenv(profile.PROFILE_ENV, "paper")
+    if smoke_flag:
+        monkeypatch.setenv(profile.SMOKE_ENV, "1")
+    else:
+        monkeypatch.delenv(profile.SMOKE_ENV, raising=False)
+    return smoke._settings(entry)
+
+
+def test_registry_entries_import_and_name_a_settings_class_and_a_run_function():
+    import importlib
+
+    entries = smoke.entries()
+    assert len({e.name for e in entries}) == len(entries) >= 10
+    for e in entries:
+        module = importlib.import_module(e.module)
+        assert dataclasses.is_dataclass(getattr(module, e.settings)), e.name
+        assert callable(getattr(module, e.run)), e.name
+
+
+@pytest.mark.parametrize("entry", smoke.entries(), ids=lambda e: e.name)
+def test_smoke_changes_only_budget_fields(entry, monkeypatch):
+    paper = _settings(entry, monkeypatch, smoke_flag=False)
+    small = _settings(entry, monkeypatch, smoke_flag=True)
+    changed = {f.name for f in dataclasses.fields(paper)
+               if getattr(paper, f.name) != getattr(small, f.name)}
+    assert changed, f"{entry.name}: no smoke budget declared"
+    assert changed <= BUDGET_FIELDS, f"{entry.name}: smoke changes {changed - BUDGET_FIELDS}"
+    for name in changed:                       # budgets only shrink
+        big, little = getattr(paper, name), getattr(small, name)
+        if isinstance(big, tuple):
+            assert set(little) < set(big), (entry.name, name)
+        else:
+            assert little < big, (entry.name, name)
+
+
+def test_registry_rejects_a_malformed_row():
+    with pytest.raises(ValueError, match=r"EXPERIMENTS\[0\]"):
+        smoke.entries([("ddcl_theory.experiments.scaling", "ScalingSettings")])
+    with pytest.raises(ValueError, match="duplicate"):
+        smoke.entries([("m.a", "S", "run"), ("m.a", "S", "run")])
+
+
+def test_failures_are_reported_by_experiment_name(monkeypatch, capsys):
+    monkeypatch.setattr(smoke, "EXPERIMENTS", [
+        ("ddcl_theory.experiments.no_such_module", "Settings", "run"),
+        ("ddcl_theory.experiments.eps_ablation", "LinearSettings", "linear_analysis"),
+    ])
+    before = {k: os.environ.get(k) for k in (profile.PROFILE_ENV, profile.SMOKE_ENV)}
+    assert smoke.main([]) == 1
+    out = capsys.readouterr().out
+    assert "FAILED no_such_module.run" in out and "ModuleNotFoundError" in out
+    assert "FAILED eps_ablation.linear_analysis" in out and "declares no smoke budget" in out
+    assert "FAILED 2 of 2" in out
+    assert {k: os.environ.get(k) for k in before} == before       # the profile is restored
+
+
+@pytest.mark.slow
+def test_smoke_run_of_every_experiment_at_paper_settings_passes(tmp_path):
+    report = tmp_path / "smoke.json"
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1",
+               DDCL_RESULTS_DIR=str(tmp_path / "results"),
+               **{profile.PROFILE_ENV: "paper", profile.SMOKE_ENV: "1"})
+    done = subprocess.run([sys.executable, "-m", "ddcl_theory.tools.smoke", "--threads", "1",
+                           "--report", str(report)], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
+    record = json.loads(report.read_text(encoding="utf-8"))
+    assert [o["name"] for o in record["experiments"]] == [e.name for e in smoke.entries()]
+    assert all(o["ok"] for o in record["experiments"])
+    prov = record["provenance"]
+    assert prov["profile"] == "paper" and prov["smoke"] is True and prov["device"] == "cpu"
+    assert not (tmp_path / "results").exists()          # checkpoints went to a scratch folder
