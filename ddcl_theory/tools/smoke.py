@@ -57,6 +57,9 @@ EXPERIMENTS: list[tuple] = [
     ("ddcl_theory.experiments.overhead", "OverheadSettings", "run"),
     ("ddcl_theory.experiments.laplacian_vit", "ViTSettings", "run"),
     ("ddcl_theory.experiments.laplacian_gpt", "GPTSettings", "run"),
+    ("ddcl_theory.experiments.soft_vq", "SoftVQSettings", "run"),
+    ("ddcl_theory.experiments.orbital_debris", "DebrisSettings", "run"),
+    ("ddcl_theory.experiments.laplacian_readout", "ReadoutSettings", "run"),
 ]
 
 
