@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: examples), never a model size or a per-example shape.
 BUDGET_FIELDS = {"epochs", "steps", "seeds", "repeats", "warmup", "n_temperatures", "max_iters",
                  "n_train", "n_test", "batch_size", "batch", "eval_windows", "head_settings",
-                 "seq_lens", "temperatures", "n_objects"}
+                 "seq_lens", "relative_temperatures", "n_objects"}
 
 
 def _settings(entry, monkeypatch, smoke_flag: bool):
