@@ -16,6 +16,7 @@ from pathlib import Path
 
 from . import profile
 from .paths import results_dir
+from .runs import atomic_write_text
 from .tolerance import Tolerance
 
 VERDICTS = (
@@ -217,7 +218,7 @@ class Chapter:
         path = directory / f"{self.name}.json"
         rows = [{k: v for k, v in asdict(s).items() if k != "tolerance" or v is not None}
                 for s in sorted(self.settled, key=lambda s: _sort_key(s.id))]
-        path.write_text(json.dumps(rows, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        atomic_write_text(path, json.dumps(rows, indent=1, ensure_ascii=False) + "\n")
         return path
 
     def table(self) -> str:
@@ -311,7 +312,7 @@ def has_paper_profile(ledger: list[dict]) -> bool:
 def write_claims_json(ledger: list[dict], path: Path | None = None) -> Path:
     """Write the ledger to ``results/claims.json`` (stable order and formatting)."""
     path = path or results_dir() / "claims.json"
-    path.write_text(json.dumps(ledger, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    atomic_write_text(path, json.dumps(ledger, indent=1, ensure_ascii=False) + "\n")
     return path
 
 

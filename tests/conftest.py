@@ -15,6 +15,9 @@ def pytest_configure(config):
         raise pytest.UsageError(
             f"{profile.PROFILE_ENV}={name!r}: the tests and the notebook goldens are recorded under "
             "the 'cpu' profile; unset it to run the tests (the paper profile is for reruns on a GPU)")
+    # The ledger golden is the cpu ledger: a checkout that also holds paper-profile results
+    # (after `make paper`) must not grow the paper column inside the notebook regression.
+    os.environ.setdefault("DDCL_LEDGER_PAPER", "0")
 
 
 @pytest.fixture(autouse=True, scope="session")
