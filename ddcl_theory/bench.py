@@ -53,6 +53,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as nnf
 
@@ -620,6 +621,51 @@ def report(result: dict) -> str:
                      f"{c['first_call_s']:.1f} s)")
     lines += result["notes"]
     return "\n".join(lines)
+
+
+STORED_RUN = "benchmarks/cpu_full.json"
+
+
+def load(path: str | Path | None = None) -> dict:
+    """A stored benchmark result (default: the committed full CPU run, ``benchmarks/cpu_full.json``)."""
+    if path is None:
+        from .paths import repo_root
+        root = repo_root()
+        if root is None:
+            raise FileNotFoundError("bench.load: no checkout found; pass the path of a result file")
+        path = root / STORED_RUN
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"path: no benchmark result at {path.name}; "
+                                "write one with python -m ddcl_theory.bench --full --out FILE")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def medians(result: dict, method: str, key: str = "median_wall_s") -> tuple[list[int], list[float]]:
+    """(sequence lengths, median seconds) of ``method`` in a result, skipped lengths left out."""
+    rows = [r for r in result["timing"] if r["method"] == method and not r["skipped"]]
+    if not rows:
+        raise ValueError(f"method: {method!r} has no timing in this result; "
+                         f"expected one of {sorted({r['method'] for r in result['timing']})}")
+    return [r["seq_len"] for r in rows], [r[key] for r in rows]
+
+
+def loglog_slope(result: dict, method: str, min_len: int = 0, max_len: int | None = None) -> float:
+    """Least-squares slope of log(time) against log(T) over ``min_len <= T <= max_len``."""
+    lens, secs = medians(result, method)
+    pairs = [(t, s) for t, s in zip(lens, secs)
+             if t >= min_len and (max_len is None or t <= max_len)]
+    if len(pairs) < 2:
+        raise ValueError(f"min_len/max_len: fewer than two lengths of {method!r} in range")
+    x = np.log([t for t, _ in pairs])
+    y = np.log([s for _, s in pairs])
+    return float(np.polyfit(x, y, 1)[0])
+
+
+def memory_ratios(result: dict, method: str) -> tuple[list[int], list[float]]:
+    """(sequence lengths, peak memory rise / input size) of ``method`` in a result."""
+    rows = [r for r in result["memory"] if r["method"] == method and "ratio" in r]
+    return [r["seq_len"] for r in rows], [r["ratio"] for r in rows]
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
