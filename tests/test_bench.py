@@ -107,3 +107,33 @@ def test_command_line_quick_run_writes_the_json(tmp_path):
     data = json.loads(out.read_text())
     assert data["settings"]["mode"] == "quick" and data["settings"]["seq_lens"] == [32]
     assert {r["method"] for r in data["timing"]} == {"ddcl", "bare", "mean"}
+
+
+def _fake_result(exponent: float) -> dict:
+    lens = [256, 1024, 4096, 16384]
+    timing = [{"method": "m", "seq_len": t, "skipped": None, "median_wall_s": 1e-6 * t ** exponent}
+              for t in lens]
+    timing.append({"method": "m", "seq_len": 65536, "skipped": "too slow", "median_wall_s": None})
+    return {"timing": timing, "memory": [{"method": "m", "seq_len": 256, "ratio": 3.0}]}
+
+
+@pytest.mark.parametrize("exponent", [1.0, 2.0, 1.5])
+def test_loglog_slope_recovers_the_power_of_t(exponent):
+    from ddcl_theory import bench as b
+
+    result = _fake_result(exponent)
+    assert b.loglog_slope(result, "m") == pytest.approx(exponent, abs=1e-9)
+    assert b.medians(result, "m")[0] == [256, 1024, 4096, 16384]       # skipped lengths left out
+    with pytest.raises(ValueError, match="method"):
+        b.medians(result, "nope")
+    with pytest.raises(ValueError, match="min_len"):
+        b.loglog_slope(result, "m", min_len=16384)
+
+
+def test_the_committed_benchmark_run_loads_and_has_what_the_book_reads():
+    from ddcl_theory import bench as b
+
+    stored = b.load()
+    assert {"ddcl", "sdpa", "bare"} <= set(stored["settings"]["methods"])
+    assert 16384 in {r["seq_len"] for r in stored["ratios"]}
+    assert "median_ratio" in stored["laplacian"]
