@@ -5,13 +5,17 @@ import pytest
 
 from ddcl_theory import profile
 from ddcl_theory.experiments import (annealing, ddcl_layer, eps_ablation, laplacian_gpt,
-                                     laplacian_vit, learned_attention, overhead, scaling)
+                                     laplacian_readout, laplacian_vit, learned_attention,
+                                     orbital_debris, overhead, scaling, soft_vq, stacked_layers,
+                                     text_readout)
 
 SETTINGS = [
     ddcl_layer.PatchSettings, ddcl_layer.TransformerSettings, scaling.ScalingSettings,
     annealing.AnnealingSettings, eps_ablation.AblationSettings, overhead.OverheadSettings,
     learned_attention.LearnedAttentionSettings, laplacian_vit.ViTSettings,
-    laplacian_gpt.GPTSettings,
+    laplacian_gpt.GPTSettings, soft_vq.SoftVQSettings, orbital_debris.DebrisSettings,
+    laplacian_readout.ReadoutSettings, text_readout.TextReadoutSettings,
+    stacked_layers.StackedSettings,
 ]
 
 

@@ -60,6 +60,8 @@ EXPERIMENTS: list[tuple] = [
     ("ddcl_theory.experiments.soft_vq", "SoftVQSettings", "run"),
     ("ddcl_theory.experiments.orbital_debris", "DebrisSettings", "run"),
     ("ddcl_theory.experiments.laplacian_readout", "ReadoutSettings", "run"),
+    ("ddcl_theory.experiments.text_readout", "TextReadoutSettings", "run"),
+    ("ddcl_theory.experiments.stacked_layers", "StackedSettings", "run"),
 ]
 
 

@@ -1,0 +1,247 @@
+"""Two stacked DDCL layers compressing 20 Newsgroups documents (claim D12).
+
+The frozen encoder's token embeddings of the 20 Newsgroups training draw of the text-readout
+chapter (:mod:`ddcl_theory.experiments.text_readout`, same settings, so the same cache entry)
+are standardised per feature and, without [CLS]/[SEP], fed to
+:class:`~ddcl_theory.models.stacked_ddcl.StackedDDCL` in float64: tokens -> K1 level-1
+prototypes -> document summaries -> K2 level-2 prototypes. Both banks are trained jointly by Adam
+on L_q^(1) + w L_q^(2) over mini-batches of documents.
+
+Recorded before training (epoch 0) and after every epoch, on all documents: each level's L_q,
+L_OLS and V as the layer reports them, the identity residual |L_q - L_OLS - V| / L_q, the same
+three terms recomputed independently by :func:`ddcl_theory.functional.loss_terms` from the
+level's inputs, prototypes and assignments (at the start, the end and every few epochs), the
+separations (min, mean, trace) and the usage of
+each bank. At every training step: the smallest V of each level. After training: what each level
+captures - the commonest words among the tokens each level-1 prototype dominates, and the
+newsgroups of the documents each level-2 prototype dominates.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from .. import functional as F
+from .. import metrics, profile
+from ..models.stacked_ddcl import StackedDDCL
+from ..progress import progress
+from ..prototypes import separation, usage
+from ..readouts import PackedTokens, Standardiser, purity
+from ..text import embed, load_encoder
+from . import require_positive_ints
+from .text_readout import NEWSGROUPS, TextReadoutSettings, load_corpus
+
+LEVELS = (1, 2)
+
+
+def _pick(cpu, paper, smoke=None):
+    return field(default_factory=lambda: profile.current().pick(cpu=cpu, paper=paper, smoke=smoke))
+
+
+@dataclass(frozen=True)
+class StackedSettings:
+    """Scale of the stacked-layers experiment (values from the active profile by default).
+
+    ``text`` fixes the 20 Newsgroups draw and the encoder (those of the text-readout chapter).
+    """
+
+    k1: int = _pick(32, 64)
+    k2: int = 20
+    epochs: int = _pick(10, 40, smoke=1)
+    recompute_every: int = 5
+    batch_docs: int = 100
+    lr: float = 0.02
+    level2_weight: float = 1.0
+    fraction1: float = 0.05
+    fraction2: float = 0.05
+    seed: int = 0
+    top_words: int = 6
+    text: TextReadoutSettings = field(default_factory=TextReadoutSettings)
+
+    def __post_init__(self) -> None:
+        require_positive_ints(self, skip=("lr", "level2_weight", "fraction1", "fraction2",
+                                          "seed", "text"))
+        for name in ("lr", "fraction1", "fraction2"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name}: expected a number > 0, got {getattr(self, name)!r}")
+        if not self.level2_weight >= 0:
+            raise ValueError(f"level2_weight: expected a number >= 0, got {self.level2_weight!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"seed: expected an int >= 0, got {self.seed!r}")
+
+    @classmethod
+    def from_profile(cls) -> "StackedSettings":
+        """The active profile's values (the same as ``StackedSettings()``)."""
+        return cls()
+
+
+@dataclass
+class LevelTrace:
+    """Per-epoch record of one level (index 0 = before training), all float64 on all documents.
+
+    Attributes:
+        l_q, l_ols, v: the layer's loss terms.
+        residual: |l_q - l_ols - v| / l_q.
+        recomputed_gap: largest |layer term - loss_terms recomputation| / l_q over the three
+            (every ``recompute_every`` epochs, at the start and at the end; nan otherwise).
+        sep_min, sep_mean, sep_trace: prototype separations; used: fraction of the bank that is
+            some input's dominant prototype.
+        step_min_v: smallest V over the training steps of each epoch (nan at epoch 0).
+    """
+
+    l_q: list[float] = field(default_factory=list)
+    l_ols: list[float] = field(default_factory=list)
+    v: list[float] = field(default_factory=list)
+    residual: list[float] = field(default_factory=list)
+    recomputed_gap: list[float] = field(default_factory=list)
+    sep_min: list[float] = field(default_factory=list)
+    sep_mean: list[float] = field(default_factory=list)
+    sep_trace: list[float] = field(default_factory=list)
+    used: list[float] = field(default_factory=list)
+    step_min_v: list[float] = field(default_factory=list)
+
+
+@dataclass
+class StackedResult:
+    """Traces of both levels and what each level captures.
+
+    Attributes:
+        traces: level (1 or 2) -> :class:`LevelTrace`.
+        tau: level -> temperature.
+        n_docs, n_tokens: documents and (content) tokens; encoder: the encoder's name.
+        words: per level-1 prototype, its commonest dominated words (most frequent first) and
+            the share of all tokens it dominates.
+        level1_share: (K1,) share of tokens dominated by each level-1 prototype.
+        groups: (K2, C) counts of documents per level-2 prototype and newsgroup.
+        doc_labels: (n,) level-2 dominant prototype of each document; labels: (n,) newsgroups.
+        nearest_doc: per level-2 prototype, the index of the document nearest to it (or -1).
+        texts: the cleaned texts of the documents (for showing the nearest ones).
+        acc, purity, nmi: of the level-2 clustering against the newsgroups.
+    """
+
+    settings: StackedSettings
+    traces: dict[int, LevelTrace]
+    tau: dict[int, float]
+    n_docs: int
+    n_tokens: int
+    encoder: str
+    words: list[list[str]]
+    level1_share: np.ndarray
+    groups: np.ndarray
+    doc_labels: np.ndarray
+    labels: np.ndarray
+    nearest_doc: list[int]
+    texts: list[str]
+    acc: float
+    purity: float
+    nmi: float
+
+
+def content_tokens(values: np.ndarray, ids: np.ndarray, offsets: np.ndarray,
+                   special_ids: frozenset[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Drop special tokens: (values (m, d), ids (m,), offsets (n + 1,)) of the rest. Every
+    document must keep at least one token."""
+    keep = ~np.isin(ids, np.fromiter(special_ids, dtype=np.int64))
+    seg = np.repeat(np.arange(offsets.size - 1), np.diff(offsets))
+    lengths = np.bincount(seg[keep], minlength=offsets.size - 1)
+    if (lengths == 0).any():
+        raise ValueError(f"ids: {int((lengths == 0).sum())} document(s) have only special tokens")
+    return values[keep], ids[keep], np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+
+
+def _record(trace: LevelTrace, out, inputs: torch.Tensor, prototypes: torch.Tensor,
+            recompute: bool) -> None:
+    """Append the full-data measurements of one level (out: the layer's output on inputs);
+    ``recompute``: also recompute the three terms with :func:`ddcl_theory.functional.loss_terms`
+    (nan otherwise)."""
+    prototypes = prototypes.detach()
+    lq, lols, v = (float(getattr(out.losses, n)) for n in ("l_q", "l_ols", "v"))
+    q = out.assignments[:, 0, 0]                                        # (m, K)
+    trace.l_q.append(lq)
+    trace.l_ols.append(lols)
+    trace.v.append(v)
+    trace.residual.append(abs(lq - lols - v) / lq)
+    gap = float("nan")
+    if recompute:
+        ref = F.loss_terms(inputs.detach(), prototypes, q.detach())
+        gap = max(abs(a - float(b)) for a, b in zip((lq, lols, v), ref)) / lq
+    trace.recomputed_gap.append(gap)
+    for kind in ("min", "mean", "trace"):
+        getattr(trace, f"sep_{kind}").append(float(separation(prototypes, kind)))
+    trace.used.append(usage(q).fraction_used)
+
+
+def run(settings: StackedSettings | None = None, encoder=None) -> StackedResult:
+    """Train the two-level model on the 20 Newsgroups draw; see the module docstring."""
+    s = settings or StackedSettings()
+    device = profile.current().device
+    encoder = encoder or load_encoder(s.text.encoder, device=device,
+                                      batch_tokens=s.text.batch_tokens)
+    corpus = load_corpus("20ng", s.text)
+    emb = embed(encoder, corpus.train_texts, corpus.max_length,
+                checksum="20ng:train:" + corpus.checksum, indices=corpus.train_index,
+                desc="encode 20ng train")
+    values, ids, offsets = content_tokens(emb.values, emb.ids, emb.offsets, encoder.special_ids)
+    data = PackedTokens(torch.from_numpy(values).to(torch.float64).to(device),
+                        torch.from_numpy(offsets).to(device))
+    std = Standardiser.fit(data.values)
+    data = PackedTokens(std(data.values).to(torch.float64), data.offsets)
+    n = len(data)
+    all_tokens, all_seg = data.batch(torch.arange(n, device=device))
+
+    gen = profile.seed_everything(s.seed)
+    model = StackedDDCL(data.values.shape[1], s.k1, s.k2).to(device=device, dtype=torch.float64)
+    tau1, tau2 = model.calibrate(all_tokens, all_seg, n, s.fraction1, s.fraction2, generator=gen)
+    opt = torch.optim.Adam(model.parameters(), lr=s.lr)
+    traces = {lvl: LevelTrace() for lvl in LEVELS}
+
+    def evaluate(recompute: bool) -> None:
+        with torch.no_grad():
+            out = model(all_tokens, all_seg, n)
+        _record(traces[1], out.level1, all_tokens, model.level1.prototypes[0], recompute)
+        _record(traces[2], out.level2, out.summaries, model.level2.prototypes[0], recompute)
+
+    evaluate(recompute=True)
+    for lvl in LEVELS:
+        traces[lvl].step_min_v.append(float("nan"))
+    for epoch in progress(range(1, s.epochs + 1), desc="stacked DDCL"):
+        step_v = {1: float("inf"), 2: float("inf")}
+        order = torch.randperm(n, generator=gen)
+        for i in range(0, n, s.batch_docs):
+            idx = order[i:i + s.batch_docs]
+            tokens, seg = data.batch(idx)
+            out = model(tokens, seg, len(idx))
+            loss = out.level1.losses.l_q + s.level2_weight * out.level2.losses.l_q
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            step_v[1] = min(step_v[1], float(out.level1.losses.v.detach()))
+            step_v[2] = min(step_v[2], float(out.level2.losses.v.detach()))
+        for lvl in LEVELS:
+            traces[lvl].step_min_v.append(step_v[lvl])
+        evaluate(recompute=epoch % s.recompute_every == 0 or epoch == s.epochs)
+
+    with torch.no_grad():
+        out = model(all_tokens, all_seg, n)
+        dom1 = out.level1.assignments[:, 0, 0].argmax(-1).cpu().numpy()      # (m,)
+        q2 = out.level2.assignments[:, 0, 0]                                 # (n, K2)
+        dom2 = q2.argmax(-1).cpu().numpy()
+        d2 = torch.cdist(out.summaries, model.level2.prototypes[0])          # (n, K2)
+    words = []
+    for k in range(s.k1):
+        counts = Counter(ids[dom1 == k].tolist())
+        top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[: s.top_words]
+        words.append(encoder.tokens([t for t, _ in top]))
+    share1 = np.bincount(dom1, minlength=s.k1) / dom1.size
+    y = corpus.train_y
+    groups = np.zeros((s.k2, len(NEWSGROUPS)), dtype=np.int64)
+    np.add.at(groups, (dom2, y), 1)
+    nearest = [int(torch.where(torch.from_numpy(dom2 == k), d2[:, k].cpu(),
+                               torch.tensor(float("inf"), dtype=d2.dtype)).argmin())
+               if (dom2 == k).any() else -1 for k in range(s.k2)]
+    return StackedResult(s, traces, {1: tau1, 2: tau2}, n, int(values.shape[0]), encoder.name,
+                         words, share1, groups, dom2, y, nearest, corpus.train_texts,
+                         metrics.clustering_acc(y, dom2), purity(y, dom2), metrics.nmi(y, dom2))

@@ -1,0 +1,191 @@
+"""Readouts of frozen tokens (ddcl_theory.readouts) and the text-readout experiment (claim D14)."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from ddcl_theory import metrics, profile
+from ddcl_theory import readouts as R
+from ddcl_theory.experiments import text_readout as T
+from _text_fakes import FakeEncoder
+
+
+def _packed(lengths, dim=6, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    lengths = torch.as_tensor(lengths)
+    values = torch.randn(int(lengths.sum()), dim, generator=gen)
+    return R.PackedTokens(values, torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)]))
+
+
+def test_packed_readout_pooled_equals_the_layer_pooled_on_the_padded_batch():
+    torch.manual_seed(1)
+    model = R.DDCLPooledReadout(12, 3, 5, heads=2, head_dim=4, temperature=0.7)
+    x = torch.randn(4, 9, 12)
+    mask = torch.rand(4, 9) > 0.4
+    mask[:, 0] = True
+    packed = R.PackedTokens.from_padded(x, mask)
+    tokens, seg = packed.batch(torch.arange(4))
+    pooled, out = model.pooled(tokens, seg, 4)
+    reference = model.ddcl(x, mask)
+    torch.testing.assert_close(pooled, reference.pooled, rtol=1e-5, atol=1e-5)
+    for name in ("l_q", "l_ols", "v"):
+        torch.testing.assert_close(getattr(out.losses, name), getattr(reference.losses, name),
+                                   rtol=1e-5, atol=1e-6)
+
+
+def test_packed_batch_gathers_the_tokens_of_the_chosen_sequences_in_order():
+    data = _packed([3, 1, 4, 2])
+    tokens, seg = data.batch(torch.tensor([2, 0]))
+    torch.testing.assert_close(tokens, torch.cat([data.values[4:8], data.values[0:3]]))
+    assert seg.tolist() == [0, 0, 0, 0, 1, 1, 1]
+    with pytest.raises(ValueError, match="offsets"):
+        R.PackedTokens(torch.zeros(3, 2), torch.tensor([0, 2, 2, 3]))
+
+
+def test_segment_mean_and_masked_mean_agree():
+    x = torch.randn(3, 5, 4, dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 0, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0]], dtype=torch.bool)
+    packed = R.PackedTokens.from_padded(x, mask)
+    seg = torch.repeat_interleave(torch.arange(3), packed.lengths)
+    expected = R.masked_mean(x, mask).float()
+    torch.testing.assert_close(R.segment_mean(packed.values, seg, 3), expected)
+    torch.testing.assert_close(R.first_token(x, mask), x[:, 0])
+
+
+def test_lloyd_never_increases_the_kmeans_objective_and_finds_the_blobs():
+    gen = torch.Generator().manual_seed(0)
+    blobs = torch.cat([torch.randn(200, 2, generator=gen) + torch.tensor([4.0, 0.0]),
+                       torch.randn(200, 2, generator=gen) - torch.tensor([4.0, 0.0]),
+                       torch.tensor([[0.0, 60.0]])])                    # one far outlier
+
+    def sse(c):
+        return float(torch.cdist(blobs, c).min(1).values.pow(2).sum())
+
+    seeds = torch.tensor([[3.0, 1.0], [4.0, -1.0]])                    # both in the right blob
+    previous = sse(seeds)
+    for steps in (1, 2, 5, 20):
+        now = sse(R.lloyd(blobs, seeds, steps))
+        assert now <= previous + 1e-9
+        previous = now
+    out = R.lloyd(blobs, seeds, 20)
+    assert sorted(round(float(v)) for v in out[:, 0]) == [-4, 4]
+    # a seed that owns only the outlier stays with it (Lloyd is a local method)
+    stuck = R.lloyd(blobs, torch.tensor([[0.0, 60.0], [3.0, 0.0]]), 20)
+    assert float(stuck[0, 1]) == 60.0
+
+
+def test_ddcl_probe_learns_a_token_level_signal():
+    # class 1 sequences contain a marker direction on some tokens; the mean is diluted by noise
+    gen = torch.Generator().manual_seed(0)
+    n, t, d = 240, 12, 16
+    x = torch.randn(n, t, d, generator=gen)
+    y = torch.arange(n) % 2
+    x[y == 1, :3, 0] += 4.0
+    mask = torch.ones(n, t, dtype=torch.bool)
+    tr, te = torch.arange(0, 160), torch.arange(160, 240)
+    train = R.PackedTokens.from_padded(x[tr], mask[tr])
+    test = R.PackedTokens.from_padded(x[te], mask[te])
+    cfg = R.TrainConfig(epochs=15, batch_size=32, lr=5e-3)
+    log = R.ddcl_probe(train, y[tr], test, y[te], num_prototypes=4, config=cfg, seed=0,
+                       head_dim=8)
+    assert log.test_acc > 0.9 and log.train_acc > 0.9
+    assert min(log.v) >= 0 and len(log.v) == 15 * 5
+    assert max(abs(a - b - v) / a for a, b, v in zip(log.l_q, log.l_ols, log.v)) < 1e-4
+    assert 0 < log.fraction_used <= 1
+
+
+def test_linear_probe_separates_linearly_separable_features():
+    gen = torch.Generator().manual_seed(0)
+    f = torch.randn(200, 5, generator=gen)
+    y = (f[:, 0] + 0.5 * f[:, 1] > 0).long()
+    log = R.linear_probe(f[:150], y[:150], f[150:], y[150:])
+    assert log.test_acc > 0.9
+
+
+def test_kmeans_and_ddcl_clusters_recover_separated_blobs():
+    gen = torch.Generator().manual_seed(0)
+    centres = torch.tensor([[6.0, 0.0, 0.0], [-6.0, 0.0, 0.0], [0.0, 6.0, 0.0]])
+    y = torch.arange(150) % 3
+    docs = centres[y] + torch.randn(150, 3, generator=gen)
+    assert metrics.clustering_acc(y, R.kmeans_clusters(docs, 3, seed=0)) > 0.95
+    one_each = R.PackedTokens(docs, torch.arange(151))
+    clusters = R.ddcl_clusters(one_each, 3, seed=0, steps=30)
+    assert metrics.clustering_acc(y, clusters.labels) > 0.95 and min(clusters.v) >= 0
+    # token level: each sequence has 6 tokens, 4 from its own blob and 2 from a shared one
+    tokens = torch.cat([centres[y].repeat_interleave(4, 0), centres[[2]].repeat(300, 1)])
+    order = torch.cat([torch.arange(150)[:, None] * 4 + torch.arange(4),
+                       600 + torch.arange(150)[:, None] * 2 + torch.arange(2)], 1).reshape(-1)
+    tokens = tokens[order] + 0.3 * torch.randn(900, 3, generator=gen)
+    seqs = R.PackedTokens(tokens, torch.arange(0, 901, 6))
+    labels = R.ddcl_clusters(seqs, 3, seed=0, steps=30).labels
+    assert metrics.clustering_acc(y, labels) > 0.95      # the over-use rule, not the majority
+
+
+def test_purity_is_many_to_one_accuracy():
+    y = np.array([0, 0, 1, 1, 1, 0])
+    assert R.purity(y, np.array([0, 0, 1, 1, 1, 0])) == 1.0
+    assert R.purity(y, np.array([0, 1, 2, 3, 4, 5])) == 1.0      # singletons are pure
+    assert metrics.clustering_acc(y, np.array([0, 1, 2, 3, 4, 5])) == pytest.approx(2 / 6)
+    assert R.purity(y, np.zeros(6, dtype=int)) == 0.5
+    with pytest.raises(ValueError, match="y_true"):
+        R.purity(y, y[:3])
+
+
+def test_balanced_draw_is_balanced_sorted_and_skips_unusable_rows():
+    labels = np.repeat([0, 1, 2], [50, 30, 5])
+    gen = torch.Generator().manual_seed(0)
+    idx = T.balanced_draw(labels, 30, gen, usable=lambda i: i % 7 != 0)
+    assert len(idx) == 30 and np.all(np.diff(idx) > 0) and not np.any(idx % 7 == 0)
+    counts = np.bincount(labels[idx], minlength=3)
+    assert counts[2] == len([i for i in range(80, 85) if i % 7]) and counts[0] >= 10
+    assert T.balanced_draw(labels, 0, gen).tolist() == list(range(85))
+
+
+def test_comparison_outcomes_and_the_d14_verdict():
+    c = T.Comparison("sst2", "[CLS] probe", "DDCL K=2", 0.05, 0.02)
+    assert c.outcome == "better"
+    assert T.Comparison("sst2", "x", "y", -0.05, 0.02).outcome == "worse"
+    assert T.Comparison("sst2", "x", "y", 0.01, 0.02).outcome == "tie"
+    assert T.margin([0.5, 0.5], [0.6, 0.6]) == 0.01
+    assert T.margin([0.5, 0.7], [0.6, 0.6]) == pytest.approx(0.2)
+    better, worse = c, T.Comparison("x", "y", "z", -1.0, 0.1)
+    assert T.d14_verdict([better, better]) == "reproduced"
+    assert T.d14_verdict([better, worse]) == "qualified"
+    assert T.d14_verdict([worse, worse]) == "not reproduced"
+
+
+def test_paper_profile_scales_the_settings(monkeypatch):
+    monkeypatch.setenv(profile.PROFILE_ENV, "paper")
+    paper = T.TextReadoutSettings.from_profile()
+    monkeypatch.setenv(profile.PROFILE_ENV, "cpu")
+    cpu = T.TextReadoutSettings.from_profile()
+    assert cpu != paper and paper.encoder == "bert-base-uncased" and paper.sst2_train == 0
+    with pytest.raises(ValueError, match="imdb_test"):
+        dataclasses.replace(cpu, imdb_test=-1)
+
+
+@pytest.mark.skipif(not all(T.FILES[k] and __import__("ddcl_theory.data", fromlist=["find"])
+                            .find(k) for k in ("sst2_train", "sst2_dev")),
+                    reason="SST-2 not in a data directory")
+def test_run_corpus_end_to_end_with_a_fake_encoder(tmp_path, monkeypatch):
+    monkeypatch.setenv("DDCL_CACHE_DIR", str(tmp_path))
+    s = dataclasses.replace(T.TextReadoutSettings(), sst2_train=200, sst2_max_length=8, seeds=2,
+                            epochs=2, cluster_steps=5, cluster_tokens=500)
+    enc = FakeEncoder()
+    r = T.run_corpus("sst2", s, enc)
+    assert r.n_train == 200 and r.n_test == 872 and r.full_test == 872
+    assert set(r.probe) == {"[CLS]", "mean", "DDCL K=2"}
+    assert len(r.probe["DDCL K=2"]) == 2 and len(r.probe["mean"]) == 1
+    assert all(0 <= a <= 1 for v in r.probe.values() for a in v)
+    assert r.ddcl_min_v["DDCL K=2"] >= 0 and r.ddcl_identity["DDCL K=2"] < 1e-4
+    assert {(c.method, c.k) for c in r.clusters} == {
+        (m, 2) for m in ("k-means on [CLS]", "k-means on mean", "DDCL on tokens", "DDCL on mean")}
+    calls = enc.calls
+    T.run_corpus("sst2", s, enc)                    # the second run reads the cache
+    assert enc.calls == calls
+    res = T.TextReadoutResult(s, enc.name, {"sst2": r})
+    comps = T.comparisons(res)
+    assert [c.baseline for c in comps] == ["[CLS] probe", "mean probe", "k-means on [CLS]"]
