@@ -6,7 +6,7 @@ import pytest
 from ddcl_theory import profile
 from ddcl_theory.experiments import (annealing, ddcl_layer, eps_ablation, laplacian_gpt,
                                      laplacian_readout, laplacian_vit, learned_attention,
-                                     orbital_debris, overhead, scaling, soft_vq, stacked_layers,
+                                     orbital_debris, overhead, peer_readouts, scaling, soft_vq, stacked_layers,
                                      text_readout)
 
 SETTINGS = [
@@ -15,7 +15,7 @@ SETTINGS = [
     learned_attention.LearnedAttentionSettings, laplacian_vit.ViTSettings,
     laplacian_gpt.GPTSettings, soft_vq.SoftVQSettings, orbital_debris.DebrisSettings,
     laplacian_readout.ReadoutSettings, text_readout.TextReadoutSettings,
-    stacked_layers.StackedSettings,
+    stacked_layers.StackedSettings, peer_readouts.StudySettings,
 ]
 
 

@@ -434,3 +434,264 @@ def test_inference_cost_returns_ratios_to_ddcl_for_every_length():
     assert set(ratios) == set(pr.READOUTS) and ratios["ddcl"] == [1.0, 1.0]
     assert all(len(v) == 2 and all(r > 0 for r in v) for v in ratios.values())
     assert cost.params["slot"] > cost.params["ddcl"]
+
+
+# ------------------------------------------------------------------------- real-task loaders
+def test_debris_sets_are_labelled_by_the_classes_they_contain():
+    """Every token is an object of the catalogue; the classes of a set's objects are exactly
+    the subset its label names, and each class of the subset is present."""
+    from ddcl_theory.synthetic import debris
+
+    data = pr.debris_sets(45, 8, seed=3, catalogue=400)
+    cat = debris.generate(400, seed=3)
+    feats = torch.from_numpy(pr.debris_features(cat.features)).float()
+    labels = torch.from_numpy(cat.labels)
+    assert data.tokens.shape == (45, 8, 5) and data.labels.tolist().count(0) == 3
+    for i in range(45):
+        toks = data.tokens[i][data.mask[i]]
+        match = (toks[:, None, :] == feats[None]).all(-1)              # (L, catalogue)
+        assert bool(match.any(1).all())
+        classes = {int(labels[match[j]].unique()[0]) for j in range(len(toks))}
+        assert classes == set(pr.DEBRIS_SUBSETS[int(data.labels[i])])
+        assert 4 <= len(toks) <= 8 and bool(data.mask[i, :len(toks)].all())
+    assert bool((data.tokens[~data.mask] == 0).all())
+    again = pr.debris_sets(45, 8, seed=3, catalogue=400)
+    assert torch.equal(again.tokens, data.tokens) and torch.equal(again.labels, data.labels)
+    assert len(pr.DEBRIS_SUBSETS) == 15 and len(set(pr.DEBRIS_SUBSETS)) == 15
+    for kwargs, name in [({"seq_len": 3}, "seq_len"), ({"catalogue": 50}, "catalogue"),
+                         ({"n": 0}, "n")]:
+        with pytest.raises(ValueError, match=name):
+            pr.debris_sets(**({"n": 4, "seq_len": 8, "seed": 0} | kwargs))
+
+
+def test_debris_features_are_column_z_scores_of_logs_where_the_scale_spans_decades():
+    f = torch.rand(50, 5, generator=_gen(1)).double().numpy() * 100 + 1
+    x = pr.debris_features(f)
+    assert x.mean(0) == pytest.approx([0] * 5, abs=1e-12)
+    assert x.std(0) == pytest.approx([1] * 5, abs=1e-12)
+    import numpy as np
+    logs = np.log10(f[:, 0])
+    assert np.allclose(x[:, 0], (logs - logs.mean()) / logs.std())
+    assert np.allclose(x[:, 2], (f[:, 2] - f[:, 2].mean()) / f[:, 2].std())
+    with pytest.raises(ValueError, match="features"):
+        pr.debris_features(f[:, :4])
+
+
+def test_text_sets_are_padded_and_standardised_with_training_token_statistics():
+    import numpy as np
+
+    from ddcl_theory.text.cache import TokenEmbeddings
+
+    rng = np.random.default_rng(0)
+
+    def emb(lengths):
+        total = int(sum(lengths))
+        return TokenEmbeddings((rng.normal(size=(total, 3)) * 4 + 2).astype(np.float16),
+                               np.arange(total, dtype=np.int32),
+                               np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+                               "fake", 8)
+
+    train, test = emb([3, 5, 2]), emb([4, 1])
+    a, b = pr.text_sets(train, test, np.array([0, 1, 0]), np.array([1, 1]))
+    assert a.tokens.shape == (3, 5, 3) and b.tokens.shape == (2, 4, 3)
+    assert a.mask.sum(1).tolist() == [3, 5, 2] and b.labels.tolist() == [1, 1]
+    valid = a.tokens[a.mask]
+    assert valid.mean(0).abs().max() < 1e-5
+    assert (valid.std(0, unbiased=True) - 1).abs().max() < 1e-5          # training statistics
+    assert bool((a.tokens[~a.mask] == 0).all()) and bool((b.tokens[~b.mask] == 0).all())
+    raw = torch.from_numpy(train.values).float()
+    mean, std = raw.mean(0), raw.std(0)
+    expect = (torch.from_numpy(test.values[:4]).float() - mean) / std
+    torch.testing.assert_close(b.tokens[0], expect)
+
+
+# -------------------------------------------------------------------- training-loop additions
+@pytest.mark.parametrize("kind", ALL)
+def test_trimming_all_padding_columns_leaves_every_readout_output_unchanged(kind):
+    layer = _make(kind)
+    x = _x(b=3, t=7)
+    mask = torch.zeros(3, 7, dtype=torch.bool)
+    mask[0, :4], mask[1, :2], mask[2, :3] = True, True, True
+    x = torch.where(mask[..., None], x, torch.zeros(()))
+    xt, mt = pr._trim(x, mask)
+    assert xt.shape == (3, 4, DIM) and mt.shape == (3, 4)
+    full, short = _call(layer, x, mask), _call(layer, xt, mt)
+    torch.testing.assert_close(short.pooled, full.pooled)
+    torch.testing.assert_close(short.states, full.states)
+    torch.testing.assert_close(short.attention, full.attention[..., :4])
+
+
+def test_critical_temperature_is_twice_the_top_eigenvalue_of_the_token_covariance():
+    from ddcl_theory.theory.collapse import critical_temperature
+
+    z = _x(b=1, t=40, dim=5, seed=4)[0] @ torch.diag(torch.tensor([3.0, 1, 1, 0.5, 0.1],
+                                                                  dtype=torch.float64))
+    assert pr.critical_temperature_of(z) == pytest.approx(critical_temperature(z), rel=1e-10)
+    scaled = pr.critical_temperature_of(2 * z + 7)
+    assert scaled == pytest.approx(4 * pr.critical_temperature_of(z), rel=1e-10)
+    with pytest.raises(ValueError, match="z"):
+        pr.critical_temperature_of(z[:1])
+
+
+def test_relative_temperature_starts_ddcl_at_r_times_the_critical_temperature():
+    data = pr.synthetic_tokens(24, 6, in_dim=4, seed=0)
+    for r in (0.1, 3.0):
+        s = pr.PeerSettings(num_slots=3, dim=8, hidden=8, epochs=1, batch_size=12,
+                            ddcl_relative_temperature=r)
+        hist = pr.train_readout("ddcl", data, s)
+        assert hist.records[0].critical_ratio == pytest.approx(r, rel=1e-5)
+        assert math.isfinite(hist.final.critical_ratio)
+    peer = pr.train_readout("perceiver", data, s)
+    assert math.isnan(peer.records[0].critical_ratio)
+
+
+def test_linear_encoder_maps_each_token_by_one_matrix():
+    s = pr.PeerSettings(num_slots=2, dim=4, encoder="linear")
+    model = pr.ReadoutClassifier(3, pr.build_readout("perceiver", s), 4, 8, 2, encoder="linear")
+    assert isinstance(model.encoder, torch.nn.Linear)
+    x = torch.randn(2, 5, 3)
+    torch.testing.assert_close(model.encoder(x), x @ model.encoder.weight.T + model.encoder.bias)
+    with pytest.raises(ValueError, match="encoder"):
+        pr.PeerSettings(encoder="conv")
+    with pytest.raises(ValueError, match="encoder"):
+        pr.ReadoutClassifier(3, pr.build_readout("perceiver", s), 4, 8, 2, encoder="conv")
+
+
+def test_measuring_a_subset_and_testing_only_at_the_end_changes_no_training_step():
+    data = pr.synthetic_tokens(40, 6, in_dim=4, seed=0)
+    test = pr.synthetic_tokens(20, 6, in_dim=4, seed=1)
+    base = pr.PeerSettings(num_slots=3, dim=8, hidden=8, epochs=2, batch_size=10)
+    full = pr.train_readout("slot", data, base, test)
+    cheap = pr.train_readout("slot", data, pr.PeerSettings(**{
+        **{f: getattr(base, f) for f in base.__dataclass_fields__},
+        "measure_sequences": 16, "test_every_epoch": False}), test)
+    assert cheap.series("loss")[1:].tolist() == full.series("loss")[1:].tolist()
+    assert math.isnan(cheap.records[1].test_acc) and cheap.final.test_acc == full.final.test_acc
+
+
+# ----------------------------------------------------------------------------- FLOP counts
+def test_flop_counts_are_affine_in_length_and_count_slot_iterations():
+    lengths = (8, 16, 24)
+    one = pr.PeerSettings(dim=8, num_slots=3, cost_lengths=lengths, slot_iterations=1)
+    three = pr.PeerSettings(dim=8, num_slots=3, cost_lengths=lengths, slot_iterations=3)
+    f1, f3 = pr.flop_counts(one), pr.flop_counts(three)
+    for counts in (f1["ddcl"], f1["perceiver"], f1["slot"], f3["slot"]):
+        assert counts[2] - counts[1] == counts[1] - counts[0] > 0       # linear in T
+    assert f1["ddcl"] == f3["ddcl"]
+    per_round = [(a - b) / 2 for a, b in zip(f3["slot"], f1["slot"])]   # each extra round
+    assert per_round[0] > 0 and per_round[2] - per_round[1] == per_round[1] - per_round[0]
+    assert all(s > d for s, d in zip(f3["slot"], f3["ddcl"]))
+
+
+# ---------------------------------------------------------------------------- study settings
+def test_study_settings_come_from_the_profile_and_smoke_shrinks_only_budgets(monkeypatch):
+    monkeypatch.setenv(profile.PROFILE_ENV, "cpu")
+    cpu = pr.StudySettings.from_profile()
+    monkeypatch.setenv(profile.PROFILE_ENV, "paper")
+    paper = pr.StudySettings.from_profile()
+    monkeypatch.setenv(profile.SMOKE_ENV, "1")
+    smoke = pr.StudySettings.from_profile()
+    assert cpu.sst2_train == 1000 and cpu.seeds == (0, 1, 2) and cpu.epochs == 8
+    assert paper.epochs > cpu.epochs and len(paper.seeds) > len(cpu.seeds)
+    assert smoke.text_dim == paper.text_dim and smoke.ng_max_length == paper.ng_max_length
+    assert smoke.epochs < paper.epochs and set(smoke.cost_lengths) < set(paper.cost_lengths)
+    assert pr.StudySettings.from_profile(epochs=2).epochs == 2
+    with pytest.raises(ValueError, match="overrides"):
+        pr.StudySettings.from_profile(speed=1)
+
+
+def test_study_settings_validate_and_give_each_task_its_readout_shape():
+    s = pr.StudySettings()
+    ps = s.peer_settings("debris", 4, sweep=True, num_slots=12)
+    assert (ps.dim, ps.num_slots, ps.encoder, ps.seed) == (s.debris_dim, 12, "mlp", 4)
+    assert ps.epochs == s.sweep_epochs and not ps.test_every_epoch
+    assert s.peer_settings("sst2", 0).encoder == "linear"
+    assert s.task_shape("20ng") == (s.text_dim, s.ng_slots)
+    for kwargs, name in [({"tasks": ("mnist",)}, "tasks"), ({"seeds": ()}, "seeds"),
+                         ({"sweep_task": "x"}, "sweep_task"), ({"epochs": 0}, "epochs"),
+                         ({"lr": -1.0}, "lr"), ({"cost_lengths": (0,)}, "cost_lengths"),
+                         ({"warmup": -1}, "warmup"), ({"ddcl_lam": -0.1}, "ddcl_lam")]:
+        with pytest.raises(ValueError, match=name):
+            pr.StudySettings(**kwargs)
+    with pytest.raises(ValueError, match="task"):
+        s.task_shape("imdb")
+
+
+def test_sweep_tries_every_readout_from_random_and_near_equal_starts_with_valid_settings():
+    s = pr.StudySettings()
+    for kind in pr.READOUTS:
+        variants = [v for v in pr.SWEEP if v.readout == kind]
+        assert any(v.near_equal for v in variants) and any(not v.near_equal for v in variants)
+        for v in variants:
+            s.peer_settings("debris", 0, sweep=True, **dict(v.overrides))   # validates
+    assert len({(v.readout, v.label) for v in pr.SWEEP}) == len(pr.SWEEP)
+    assert pr.Variant("slot", "x", (("slot_init_std", 1e-3),)).near_equal
+    assert not pr.Variant("slot", "x", (("slot_init_std", 0.5),)).near_equal
+
+
+# ------------------------------------------------------------------------- study and verdict
+def _record(epoch, rank, distance, ratio=float("nan"), acc=0.5):
+    from ddcl_theory import readout_metrics as rm
+    m = rm.CollapseMetrics(distance, distance, rank, 1.0, distance, 4)
+    return pr.CollapseRecord(epoch, 0.1, acc, acc, m, m, m, 1.0, 2.0, 2.0, ratio)
+
+
+def _history(kind, collapsed, ratio=float("nan"), start_ratio=0.1):
+    end = (1.0, 0.0) if collapsed else (2.5, 0.3)
+    return pr.ReadoutHistory(kind, [_record(0, 2.0, 0.2, start_ratio if kind == "ddcl"
+                                            else float("nan")),
+                                    _record(1, *end, ratio)])
+
+
+def _fake_result(ddcl_collapse_ratio=100.0, ddcl_stays_below=0.01, peer_collapses=True,
+                 ddcl_collapses=True):
+    """A StudyResult with hand-made histories: one random and one near-equal setting each."""
+    s = pr.StudySettings(tasks=("debris",), seeds=(0,), sweep_seeds=(0,), cost_lengths=(8, 16))
+    sweep = []
+    for kind in ("slot", "perceiver"):
+        sweep.append(pr.SweepRun(pr.Variant(kind, "random"), 0, _history(kind, False)))
+        sweep.append(pr.SweepRun(pr.Variant(kind, "near", (("bank_init", "near_equal"),)), 0,
+                                 _history(kind, peer_collapses)))
+    sweep.append(pr.SweepRun(pr.Variant("ddcl", "near", (("bank_init", "near_equal"),)), 0,
+                             _history("ddcl", False, ddcl_stays_below)))
+    sweep.append(pr.SweepRun(pr.Variant("ddcl", "hot"), 0,
+                             _history("ddcl", ddcl_collapses, ddcl_collapse_ratio)))
+    main = {"debris": {k: [_history(k, False, 0.01 if k == "ddcl" else float("nan"))]
+                       for k in pr.READOUTS}}
+    flops = {"ddcl": [100, 200], "slot": [300, 400], "perceiver": [120, 210]}
+    return pr.StudyResult(s, {}, main, sweep, flops, None)
+
+
+def test_d17_verdict_follows_its_stated_rules():
+    v = pr.d17_verdict(_fake_result())
+    assert v.verdict == "qualified" and all(v.parts.values())
+    assert "more than 10 times" in v.evidence and "less than half of" in v.evidence
+    assert pr.d17_verdict(_fake_result(ddcl_collapses=False)).verdict == "reproduced"
+    assert pr.d17_verdict(_fake_result(peer_collapses=False)).verdict == "refuted"
+    below = pr.d17_verdict(_fake_result(ddcl_collapse_ratio=0.5))      # collapse below T_c
+    assert not below.parts["ddcl_threshold"] and below.verdict == "refuted"
+    rows = pr.sweep_rows(_fake_result())
+    assert [r.outcome for r in rows] == ["avoided", "collapsed", "avoided", "collapsed",
+                                         "avoided", "collapsed"]
+
+
+def test_run_study_on_a_tiny_debris_task_gives_every_part_of_the_result(monkeypatch):
+    monkeypatch.setattr(pr, "SWEEP", (pr.Variant("slot", "default"),
+                                      pr.Variant("ddcl", "near", (("bank_init", "near_equal"),)),
+                                      pr.Variant("perceiver", "default")))
+    s = pr.StudySettings(tasks=("debris",), seeds=(0, 1), epochs=1, sweep_seeds=(0,),
+                         sweep_epochs=1, debris_train=30, debris_test=15, debris_length=6,
+                         debris_dim=8, hidden=8, debris_slots=3, batch_size=16,
+                         measure_sequences=16, cost_lengths=(4, 8), cost_batch=2, repeats=1,
+                         warmup=0)
+    result = pr.run(s, timing=True)
+    assert set(result.main) == {"debris"} and set(result.main["debris"]) == set(pr.READOUTS)
+    assert all(len(hs) == 2 and hs[0].final.epoch == 1 for hs in result.main["debris"].values())
+    assert [r.variant.label for r in result.sweep] == ["default", "near", "default"]
+    assert result.tasks["debris"].num_classes == 15
+    assert set(result.flops) == set(pr.READOUTS) and result.cost is not None
+    mean, std = pr.accuracy(result, "debris", "slot")
+    assert 0 <= mean <= 1 and std >= 0
+    assert pr.series(result, "debris", "ddcl", "maps.effective_rank").shape == (2, 2)
+    verdict = pr.d17_verdict(result)
+    assert verdict.verdict in ("reproduced", "qualified", "refuted") and verdict.evidence

@@ -172,3 +172,44 @@ def test_collapse_metrics_reject_bad_vectors():
                 torch.tensor([[float("nan"), 0.0]]), [[0.0, 1.0]]):
         with pytest.raises(ValueError, match="vectors"):
             rm.collapse_metrics(bad)
+
+
+# ------------------------------------------------------- the collapse rule on attention maps
+def _competitive(logits: torch.Tensor) -> torch.Tensor:
+    """(S, T) logits -> attention rows that are a softmax over S (each token's column sums to 1)."""
+    return torch.softmax(logits, dim=0)
+
+
+def test_collapse_rule_on_attention_rows_sees_shared_tokens_and_one_slot_taking_all():
+    """Maps (S, T) as S vectors in R^T: equal sharing of every token and one slot winning every
+    token both collapse (the S rows carry one row's information); hard, distinct choices do not."""
+    s, t = 4, 12
+    shared = torch.full((s, t), 1.0 / s, dtype=torch.float64)
+    assert rm.collapse_metrics(shared).collapsed()
+    winner = torch.zeros(s, t, dtype=torch.float64)
+    winner[0] = 1.0
+    assert rm.collapse_metrics(winner).collapsed()
+    distinct = torch.zeros(s, t, dtype=torch.float64)
+    distinct[torch.arange(t) % s, torch.arange(t)] = 1.0              # slot t mod S takes t
+    m = rm.collapse_metrics(distinct)
+    assert not m.collapsed() and m.effective_rank == pytest.approx(s, rel=1e-12)
+    use = rm.map_usage(distinct[None])
+    assert use.fraction_used == 1.0 and use.token_perplexity == pytest.approx(1.0)
+
+
+@SMALL
+@given(seed=st.integers(0, 10_000), s=st.integers(3, 6), t=st.integers(3, 10))
+def test_competitive_maps_at_a_very_high_temperature_collapse_and_at_zero_do_not(seed, s, t):
+    """Softmax over S of logits / T: as T -> infinity the rows become equal (rank 1: collapsed);
+    as T -> 0 every token goes to its arg-max slot, and the maps collapse only if one slot
+    wins every token (with at most 10 tokens a second winner owns at least a tenth of them, so the
+    rows' singular values differ by at most a factor 3 and the effective rank stays >= 1.75).
+    S >= 3: with S = 2, one slot taking every token leaves a full and an empty row, far apart,
+    which the rule (it needs a small distance too) does not call collapsed."""
+    logits = _v(s, t, seed=seed)
+    soft = rm.collapse_metrics(_competitive(logits / 1e6))
+    assert soft.collapsed() and soft.effective_rank == pytest.approx(1.0, abs=1e-4)
+    hard = rm.collapse_metrics(_competitive(logits / 1e-6))
+    winners = logits.argmax(0).unique().numel()
+    assert hard.collapsed() == (winners == 1)
+    assert hard.effective_rank >= 1.0 - 1e-9

@@ -62,6 +62,7 @@ EXPERIMENTS: list[tuple] = [
     ("ddcl_theory.experiments.laplacian_readout", "ReadoutSettings", "run"),
     ("ddcl_theory.experiments.text_readout", "TextReadoutSettings", "run"),
     ("ddcl_theory.experiments.stacked_layers", "StackedSettings", "run"),
+    ("ddcl_theory.experiments.peer_readouts", "StudySettings", "run"),
 ]
 
 
