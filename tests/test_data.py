@@ -70,6 +70,7 @@ def test_recorded_content_digest_matches_the_staged_file(key):
 
 
 def test_sst2_train_rows_come_sorted_and_dev_rows_in_file_order():
+    _staged("sst2_train")
     sentences, labels = data.load_sst2("train")
     pairs = list(zip(sentences, labels.tolist()))
     assert len(pairs) == 67_349 and pairs == sorted(pairs)
