@@ -1,6 +1,6 @@
 # The two commands of the README: `make book` and `make test`. Everything else is for maintainers.
 VENV := .venv/bin
-NBVAL := -p ddcl_theory.testing.nbval_numeric --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 1800
+NBVAL := -p ddcl_theory.ledger.nbval_numeric --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 1800
 
 .PHONY: setup data book book-strict test unit goldens paper smoke check-goldens check-render check-results clean
 
@@ -32,21 +32,21 @@ unit: setup
 
 ## Re-execute the sources and rewrite the goldens (maintainers, after changing a chapter).
 goldens: setup
-	$(VENV)/python -m ddcl_theory.tools.goldens write $(NAMES)
+	$(VENV)/python -m ddcl_theory.ledger.goldens write $(NAMES)
 
 ## Rerun chapters at paper scale (GPU if present) into _build/paper, verdicts into results/paper;
 ## goldens stay untouched. Resumes: chapters already done with the same provenance are skipped,
 ## experiments resume from their checkpoints (results/paper/runs). FORCE=1 reruns from scratch.
 paper: data
-	DDCL_PROFILE=paper $(VENV)/python -m ddcl_theory.tools.goldens write $(if $(FORCE),--force) $(NAMES)
+	DDCL_PROFILE=paper $(VENV)/python -m ddcl_theory.ledger.goldens write $(if $(FORCE),--force) $(NAMES)
 
 ## The paper profile's smoke test: every experiment at paper sizes, a handful of steps, on CPU
 ## (one thread: the budgets are tiny, and threads only contend on a shared host).
 smoke: data
-	DDCL_PROFILE=paper DDCL_SMOKE=1 $(VENV)/python -m ddcl_theory.tools.smoke --threads 1 $(NAMES)
+	DDCL_PROFILE=paper DDCL_SMOKE=1 $(VENV)/python -m ddcl_theory.experiments.smoke --threads 1 $(NAMES)
 
 check-goldens: setup
-	$(VENV)/python -m ddcl_theory.tools.goldens check
+	$(VENV)/python -m ddcl_theory.ledger.goldens check
 
 ## Open the built pages in headless Chromium and check that formulas typeset.
 check-render: setup
@@ -55,7 +55,7 @@ check-render: setup
 
 ## Compare results/ with the committed ones: verdicts exactly, numbers within declared tolerances.
 check-results: setup
-	$(VENV)/python -m ddcl_theory.tools.results_check
+	$(VENV)/python -m ddcl_theory.ledger.results_check
 
 clean:
 	rm -rf _build

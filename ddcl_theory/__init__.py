@@ -7,12 +7,12 @@ __all__ = ["DDCLAttention", "LaplacianAttention", "__version__"]
 
 
 def __getattr__(name: str):
-    # Lazy so that `import ddcl_theory.claims` stays light and independent modules can land one
+    # Lazy so that `import ddcl_theory.ledger.claims` stays light and independent modules can land one
     # at a time.
     if name == "DDCLAttention":
-        from .layers.ddcl import DDCLAttention
+        from ddcl_theory.layers.ddcl import DDCLAttention
         return DDCLAttention
     if name == "LaplacianAttention":
-        from .layers.laplacian import LaplacianAttention
+        from ddcl_theory.layers.laplacian import LaplacianAttention
         return LaplacianAttention
     raise AttributeError(f"module 'ddcl_theory' has no attribute {name!r}")

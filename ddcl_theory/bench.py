@@ -57,8 +57,8 @@ import numpy as np
 import torch
 import torch.nn.functional as nnf
 
-from . import profile
-from .progress import progress
+from ddcl_theory.runtime import profile
+from ddcl_theory.runtime.progress import progress
 
 METHODS = ("ddcl", "bare", "sdpa", "mean", "vq")
 QUICK_SEQ_LENS = (256, 1024)
@@ -150,7 +150,7 @@ def _sync(device: str) -> None:
 
 
 def _ddcl_layer(s: BenchSettings, device: str):
-    from .layers.ddcl import DDCLAttention
+    from ddcl_theory.layers.ddcl import DDCLAttention
 
     return DDCLAttention(s.dim, s.num_prototypes, heads=s.heads).to(device).train()
 
@@ -199,7 +199,7 @@ def make_case(method: str, s: BenchSettings, seq_len: int, device: str,
                 bare_products(layer, x).sum().backward()
     elif method == "sdpa":
         if "sdpa" not in modules:
-            from .layers.laplacian import LaplacianAttention
+            from ddcl_theory.layers.laplacian import LaplacianAttention
 
             modules["sdpa"] = LaplacianAttention(s.dim, s.heads).to(device).train()
         attn = modules["sdpa"]
@@ -413,7 +413,7 @@ def run_memory(s: BenchSettings, device: str, timings: list[Timing]) -> list[dic
 # --------------------------------------------------------------------------------- Laplacian
 def run_laplacian(s: BenchSettings, device: str) -> dict:
     """Forward + backward of all-Laplacian heads against standard attention, same weights."""
-    from .layers.laplacian import LaplacianAttention
+    from ddcl_theory.layers.laplacian import LaplacianAttention
 
     torch.manual_seed(s.seed)
     std = LaplacianAttention(s.dim, s.heads, laplacian_heads=0).to(device).train()
@@ -527,7 +527,7 @@ def _git() -> dict:
 
 def provenance(s: BenchSettings, device: str) -> dict:
     """Machine, versions and torch settings, recorded beside the numbers."""
-    from . import __version__
+    from ddcl_theory import __version__
 
     machine = {"platform": platform.platform(), "machine": platform.machine(),
                "cpu_model": _cpu_model(), "logical_cpus": os.cpu_count(),
@@ -629,7 +629,7 @@ STORED_RUN = "benchmarks/cpu_full.json"
 def load(path: str | Path | None = None) -> dict:
     """A stored benchmark result (default: the committed full CPU run, ``benchmarks/cpu_full.json``)."""
     if path is None:
-        from .paths import repo_root
+        from ddcl_theory.runtime.paths import repo_root
         root = repo_root()
         if root is None:
             raise FileNotFoundError("bench.load: no checkout found; pass the path of a result file")

@@ -6,7 +6,7 @@ import os
 import pytest
 import torch
 
-from ddcl_theory import profile
+from ddcl_theory.runtime import profile
 
 
 def pytest_configure(config):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ddcl_theory import claims
+from ddcl_theory.ledger import claims
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "book" / "_ext"))

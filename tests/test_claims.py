@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ddcl_theory import claims
+from ddcl_theory.ledger import claims
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_CLAIMS = ROOT.parent / "shared" / "docs" / "claims.md"
@@ -29,7 +29,7 @@ def test_registry_matches_shared_claims_list():
 
 
 def test_settle_rejects_unknown_verdict_and_claim(tmp_path):
-    chapter = claims.Chapter("t", page="notebooks/t")
+    chapter = claims.Chapter("t")
     with pytest.raises(ValueError, match="verdict"):
         chapter.settle("D3", "true", "because")
     with pytest.raises(KeyError, match="claim_id"):
@@ -42,7 +42,7 @@ def test_settle_rejects_unknown_verdict_and_claim(tmp_path):
 
 
 def test_build_ledger_merges_and_defaults_to_untested(tmp_path):
-    a = claims.Chapter("a", page="notebooks/a")
+    a = claims.Chapter("a")
     a.settle("D4", "proved", "sum of squares", our_value="min V = 0")
     a.save(tmp_path)
     ledger = claims.build_ledger(tmp_path)
@@ -56,7 +56,7 @@ def test_build_ledger_merges_and_defaults_to_untested(tmp_path):
 
 def test_build_ledger_rejects_a_claim_settled_twice(tmp_path):
     for name in ("a", "b"):
-        ch = claims.Chapter(name, page=f"notebooks/{name}")
+        ch = claims.Chapter(name)
         ch.settle("D4", "proved", "x")
         ch.save(tmp_path)
     with pytest.raises(ValueError, match="settled twice"):
@@ -101,7 +101,7 @@ def book_roles():
 
 
 def _settled_ledger(tmp_path):
-    ch = claims.Chapter("a", page="notebooks/02_decomposition")
+    ch = claims.Chapter("decomposition")
     ch.settle("D3", "proved", "a | b, $x$ and *y* stay text", our_value="err -> 0",
               paper_value="L_q = L_OLS + V")
     ch.settle("L7", "not reproduced", "ran it", our_value="1.0")
@@ -173,7 +173,7 @@ def test_ledger_entries_hold_statement_evidence_and_chapter_link(tmp_path, book_
     d3 = " ".join(by_id["D3"].astext().split())
     assert claims.get("D3").statement in d3 and "a | b, $x$ and *y* stay text" in d3
     links = [n["refuri"] for n in by_id["D3"].findall(nodes.reference)]
-    assert "/notebooks/02_decomposition" in links
+    assert "/notebooks/decomposition" in links
     assert f"Back to the table <{claims.LEDGER_TABLE_LABEL}>" in links
     assert not any("notebooks" in n["refuri"] for n in by_id["D5"].findall(nodes.reference))
     assert "Not settled by any chapter yet" in by_id["D5"].astext()

@@ -5,9 +5,11 @@ import itertools
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from ddcl_theory import clustering, metrics
+from ddcl_theory.metrics import clustering
+from ddcl_theory.metrics import geometry as metrics
 
 
 def brute_force_accuracy(y_true, y_pred) -> float:

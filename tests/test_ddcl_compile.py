@@ -3,6 +3,7 @@ numbers and gradients as an explicit autograd reference, and activation memory l
 from __future__ import annotations
 
 import os
+
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode

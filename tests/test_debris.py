@@ -6,11 +6,12 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from ddcl_theory import profile
+from ddcl_theory.data import debris as D
 from ddcl_theory.experiments import orbital_debris as od
-from ddcl_theory.synthetic import debris as D
+from ddcl_theory.runtime import profile
 
 LEO, MEO, GEO, HEO = range(4)
 

@@ -1,4 +1,4 @@
-"""Data-parallel training with DDCL layers (ddcl_theory.distributed): two CPU processes with the
+"""Data-parallel training with DDCL layers (ddcl_theory.runtime.distributed): two CPU processes with the
 gloo backend train a few DDP steps on different data and end with identical parameters and
 buffers; the k-means initialisation and the schedule's step counter are kept in sync."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from ddcl_theory import distributed as ddp_tools
+from ddcl_theory.runtime import distributed as ddp_tools
 
 WORLD = 2
 

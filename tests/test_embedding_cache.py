@@ -6,10 +6,10 @@ import os
 import numpy as np
 import pytest
 import torch
-
-from ddcl_theory.text import cache as C
-from ddcl_theory.text import clean_imdb, load_encoder, strip_newsgroup
 from _text_fakes import FakeEncoder
+
+from ddcl_theory.data.text import cache as C
+from ddcl_theory.data.text import clean_imdb, load_encoder, strip_newsgroup
 
 TEXTS = ["a good film", "bad", "not bad at all , really", "the end"]
 

@@ -7,10 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from ddcl_theory import prototypes as protos
 from ddcl_theory.experiments import eps_ablation as ea
-
-
+from ddcl_theory.metrics import prototypes as protos
 
 TINY = ea.AblationSettings(eps_values=(0.1, 1.0), seeds=(0,), n_train_per_class=6, n_test=20,
                            hidden=8, dim=4, num_prototypes=3, epochs=2, batch_size=8)

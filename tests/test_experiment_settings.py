@@ -3,11 +3,23 @@ from __future__ import annotations
 
 import pytest
 
-from ddcl_theory import profile
-from ddcl_theory.experiments import (annealing, ddcl_layer, eps_ablation, laplacian_gpt,
-                                     laplacian_readout, laplacian_vit, learned_attention,
-                                     orbital_debris, overhead, peer_readouts, scaling, soft_vq, stacked_layers,
-                                     text_readout)
+from ddcl_theory.experiments import (
+    annealing,
+    ddcl_layer,
+    eps_ablation,
+    laplacian_gpt,
+    laplacian_readout,
+    laplacian_vit,
+    learned_attention,
+    orbital_debris,
+    overhead,
+    peer_readouts,
+    scaling,
+    soft_vq,
+    stacked_layers,
+    text_readout,
+)
+from ddcl_theory.runtime import profile
 
 SETTINGS = [
     ddcl_layer.PatchSettings, ddcl_layer.TransformerSettings, scaling.ScalingSettings,

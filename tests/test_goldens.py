@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from ddcl_theory.tools import goldens
+from ddcl_theory.ledger import goldens
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from ddcl_theory import profile
 from ddcl_theory.experiments import laplacian_readout as lr
 from ddcl_theory.models.vit_readout import ViTDDCL
+from ddcl_theory.runtime import profile
 
 
 def test_vit_ddcl_shapes_and_pooled_readout():

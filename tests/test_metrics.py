@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ddcl_theory import metrics
+from ddcl_theory.metrics import geometry as metrics
 
 
 def simplex_etf(c: int, d: int, scale: float = 1.0, seed: int = 0) -> np.ndarray:

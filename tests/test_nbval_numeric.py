@@ -25,7 +25,7 @@ def _nbval(tmp_path: Path, cells: list) -> subprocess.CompletedProcess:
     path = tmp_path / "probe.ipynb"
     nbformat.write(nb, path)
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "ddcl_theory.testing.nbval_numeric", "--nbval",
+        [sys.executable, "-m", "pytest", "-p", "ddcl_theory.ledger.nbval_numeric", "--nbval",
          "-p", "no:cacheprovider", "-q", "-rA", str(path)],
         cwd=tmp_path, capture_output=True, text=True, timeout=300)
 

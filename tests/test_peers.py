@@ -9,10 +9,15 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ddcl_theory import profile
 from ddcl_theory.experiments import peer_readouts as pr
-from ddcl_theory.layers.peers import (DDCLReadoutAdapter, PerceiverReadout, ReadoutOutput,
-                                      SlotAttentionReadout, gru_step)
+from ddcl_theory.layers.peers import (
+    DDCLReadoutAdapter,
+    PerceiverReadout,
+    ReadoutOutput,
+    SlotAttentionReadout,
+    gru_step,
+)
+from ddcl_theory.runtime import profile
 
 SMALL = settings(max_examples=10, deadline=None)
 DIM = 6
@@ -440,8 +445,7 @@ def test_inference_cost_returns_ratios_to_ddcl_for_every_length():
 def test_debris_sets_are_labelled_by_the_classes_they_contain():
     """Every token is an object of the catalogue; the classes of a set's objects are exactly
     the subset its label names, and each class of the subset is present."""
-    from ddcl_theory.synthetic import debris
-
+    from ddcl_theory.data import debris
     data = pr.debris_sets(45, 8, seed=3, catalogue=400)
     cat = debris.generate(400, seed=3)
     feats = torch.from_numpy(pr.debris_features(cat.features)).float()
@@ -480,7 +484,7 @@ def test_debris_features_are_column_z_scores_of_logs_where_the_scale_spans_decad
 def test_text_sets_are_padded_and_standardised_with_training_token_statistics():
     import numpy as np
 
-    from ddcl_theory.text.cache import TokenEmbeddings
+    from ddcl_theory.data.text.cache import TokenEmbeddings
 
     rng = np.random.default_rng(0)
 
@@ -631,7 +635,7 @@ def test_sweep_tries_every_readout_from_random_and_near_equal_starts_with_valid_
 
 # ------------------------------------------------------------------------- study and verdict
 def _record(epoch, rank, distance, ratio=float("nan"), acc=0.5):
-    from ddcl_theory import readout_metrics as rm
+    from ddcl_theory.metrics import readouts as rm
     m = rm.CollapseMetrics(distance, distance, rank, 1.0, distance, 4)
     return pr.CollapseRecord(epoch, 0.1, acc, acc, m, m, m, 1.0, 2.0, 2.0, ratio)
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from ddcl_theory import profile
+from ddcl_theory.runtime import profile
 
 
 def test_default_profile_is_cpu(monkeypatch):
@@ -40,8 +40,7 @@ def test_seed_everything_repeats_draws():
 
 
 def test_paper_results_never_overwrite_the_committed_ones(monkeypatch, tmp_path):
-    from ddcl_theory import paths
-
+    from ddcl_theory.runtime import paths
     monkeypatch.setenv(paths.RESULTS_ENV, str(tmp_path))
     monkeypatch.setenv(profile.PROFILE_ENV, "cpu")
     assert paths.results_dir() == tmp_path
@@ -50,8 +49,7 @@ def test_paper_results_never_overwrite_the_committed_ones(monkeypatch, tmp_path)
 
 
 def test_goldens_refuse_paper_output_over_the_goldens(monkeypatch):
-    from ddcl_theory.tools import goldens
-
+    from ddcl_theory.ledger import goldens
     with pytest.raises(SystemExit, match="cpu-profile"):
         goldens.main(["write", "--out", str(goldens.notebooks_dir()), "99"])
 

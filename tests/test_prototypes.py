@@ -1,4 +1,4 @@
-"""ddcl_theory.prototypes: k-means++ seeding, usage, perplexity and the separation S(P)."""
+"""ddcl_theory.metrics.prototypes: k-means++ seeding, usage, perplexity and the separation S(P)."""
 from __future__ import annotations
 
 import math
@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ddcl_theory.prototypes import kmeans_pp_init, perplexity, separation, usage
+from ddcl_theory.metrics.prototypes import kmeans_pp_init, perplexity, separation, usage
 
 
 def test_kmeans_pp_picks_distinct_data_points_and_is_seeded():

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from ddcl_theory.quantizers import (KINDS, EMAVectorQuantizer, HardVQ, SoftDDCLQuantizer,
-                                    make_quantizer)
+from ddcl_theory.layers.quantizers import (
+    KINDS,
+    EMAVectorQuantizer,
+    HardVQ,
+    SoftDDCLQuantizer,
+    make_quantizer,
+)
 
 
 def _tokens(b=2, t=5, d=3, seed=0, dtype=torch.float32):
@@ -143,8 +149,8 @@ def test_soft_assignments_lie_on_the_simplex_and_codes_count_usage(b, t, k, seed
 @settings(max_examples=20, deadline=None)
 @given(st.integers(0, 1000), st.floats(0.05, 5.0))
 def test_soft_centroid_jacobian_is_the_assignment_covariance_over_tau(seed, tau):
-    from ddcl_theory.quantizers import soft_centroid_jacobian
     from ddcl_theory import functional as F
+    from ddcl_theory.layers.quantizers import soft_centroid_jacobian
 
     g = torch.Generator().manual_seed(seed)
     bank = torch.randn(5, 3, generator=g, dtype=torch.float64)

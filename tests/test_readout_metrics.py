@@ -1,4 +1,4 @@
-"""ddcl_theory.readout_metrics: pairwise distances, effective rank, usage from maps (claim D17)."""
+"""ddcl_theory.metrics.readouts: pairwise distances, effective rank, usage from maps (claim D17)."""
 from __future__ import annotations
 
 import math
@@ -8,8 +8,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ddcl_theory import prototypes as protos
-from ddcl_theory import readout_metrics as rm
+from ddcl_theory.metrics import prototypes as protos
+from ddcl_theory.metrics import readouts as rm
 
 SMALL = settings(max_examples=25, deadline=None)
 

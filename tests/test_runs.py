@@ -1,4 +1,4 @@
-"""Runs a researcher can trust (ddcl_theory.runs): atomic files, provenance without paths or host
+"""Runs a researcher can trust (ddcl_theory.runtime.runs): atomic files, provenance without paths or host
 names, checkpoints that resume a loop to exactly the numbers of an uninterrupted one, also after
 a SIGKILL, and bf16 autocast only on CUDA in the paper profile."""
 from __future__ import annotations
@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from ddcl_theory import profile, runs
+from ddcl_theory.runtime import profile, runs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -253,7 +253,7 @@ CHILD = textwrap.dedent('''
     torch.set_num_threads(1)
     sys.path.insert(0, sys.argv[4])
     from test_runs import Tiny, _train
-    from ddcl_theory import runs
+    from ddcl_theory.runtime import runs
     root, out, pause = sys.argv[1], sys.argv[2], float(sys.argv[3])
     save = runs.RunDir.save_state
     def slow_save(self, *args, **kwargs):
@@ -320,7 +320,7 @@ SWEEP = textwrap.dedent('''
     from pathlib import Path
     import torch
     torch.set_num_threads(1)
-    from ddcl_theory import runs
+    from ddcl_theory.runtime import runs
     from ddcl_theory.experiments import eps_ablation as ea
     out, pause = sys.argv[1], float(sys.argv[2])
     save, load, loaded = runs.RunDir.save_unit, runs.RunDir.load_unit, []
@@ -372,8 +372,7 @@ def test_paper_chapters_resume_at_chapter_granularity(tmp_path, monkeypatch):
     and skips a chapter already executed with the same provenance, unless --force."""
     import nbformat
 
-    from ddcl_theory.tools import goldens
-
+    from ddcl_theory.ledger import goldens
     monkeypatch.setenv(profile.PROFILE_ENV, "paper")
     monkeypatch.setenv("DDCL_RESULTS_DIR", str(tmp_path / "results"))
     monkeypatch.delenv(runs.RESUME_ENV, raising=False)
@@ -386,16 +385,16 @@ def test_paper_chapters_resume_at_chapter_granularity(tmp_path, monkeypatch):
 
     monkeypatch.setattr(goldens, "write", fake_write)
     out = tmp_path / "paper"
-    source = goldens.sources(["02"])[0]
-    assert goldens.main(["write", "--out", str(out), "02"]) == 0
+    source = goldens.sources(["decomposition"])[0]
+    assert goldens.main(["write", "--out", str(out), "decomposition"]) == 0
     record = runs.read_json(goldens.provenance_path(source, out))
     assert record["profile"] == "paper" and record["source_sha256"]
     assert not any(t.startswith("/") for t in _strings(record))
-    assert goldens.main(["write", "--out", str(out), "02"]) == 0          # skipped
+    assert goldens.main(["write", "--out", str(out), "decomposition"]) == 0          # skipped
     assert executed == [source.stem]
     runs.write_json(goldens.provenance_path(source, out), dict(record, code_sha256="0" * 16))
-    assert goldens.main(["write", "--out", str(out), "02"]) == 0          # other code: rerun
-    assert goldens.main(["write", "--out", str(out), "--force", "02"]) == 0
+    assert goldens.main(["write", "--out", str(out), "decomposition"]) == 0          # other code: rerun
+    assert goldens.main(["write", "--out", str(out), "--force", "decomposition"]) == 0
     assert executed == [source.stem] * 3 and os.environ[runs.RESUME_ENV] == "0"
 
 
@@ -403,11 +402,10 @@ def test_paper_chapters_resume_at_chapter_granularity(tmp_path, monkeypatch):
 
 def test_ledger_shows_paper_profile_verdicts_beside_cpu_ones_only_when_they_exist(tmp_path,
                                                                                    monkeypatch):
-    from ddcl_theory import claims
-
+    from ddcl_theory.ledger import claims
     monkeypatch.setenv("DDCL_RESULTS_DIR", str(tmp_path))
     monkeypatch.delenv(claims.PAPER_LEDGER_ENV, raising=False)
-    cpu = claims.Chapter("a", page="notebooks/a")
+    cpu = claims.Chapter("a")
     cpu.settle("L6", "qualified", "small ViT", our_value="+1 point")
     cpu.save(tmp_path / "verdicts")
     plain = claims.build_ledger()
@@ -416,7 +414,7 @@ def test_ledger_shows_paper_profile_verdicts_beside_cpu_ones_only_when_they_exis
     table = claims.ledger_markdown(plain)
     assert "paper scale" not in table and "paper scale" not in claims.ledger_entries_markdown(plain)
 
-    big = claims.Chapter("a", page="notebooks/a")
+    big = claims.Chapter("a")
     big.settle("L6", "reproduced", "ViT at paper scale", our_value="+2.5 points")
     big.save(tmp_path / "paper" / "verdicts")
     ledger = claims.build_ledger()

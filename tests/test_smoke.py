@@ -1,4 +1,4 @@
-"""The paper profile's smoke test (ddcl_theory.tools.smoke): every registered experiment declares
+"""The paper profile's smoke test (ddcl_theory.experiments.smoke): every registered experiment declares
 smoke budgets that leave the paper's shapes alone, and runs at paper settings on CPU."""
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ddcl_theory import profile
-from ddcl_theory.tools import smoke
+from ddcl_theory.experiments import smoke
+from ddcl_theory.runtime import profile
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -101,7 +101,7 @@ def test_smoke_run_of_every_experiment_at_paper_settings_passes(tmp_path):
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1",
                DDCL_RESULTS_DIR=str(tmp_path / "results"),
                **{profile.PROFILE_ENV: "paper", profile.SMOKE_ENV: "1"})
-    done = subprocess.run([sys.executable, "-m", "ddcl_theory.tools.smoke", "--threads", "1",
+    done = subprocess.run([sys.executable, "-m", "ddcl_theory.experiments.smoke", "--threads", "1",
                            "--report", str(report)], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]

@@ -6,12 +6,12 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
+from _text_fakes import FakeEncoder
 
 from ddcl_theory import functional as F
-from ddcl_theory import profile
 from ddcl_theory.experiments import stacked_layers as S
 from ddcl_theory.models.stacked_ddcl import StackedDDCL
-from _text_fakes import FakeEncoder
+from ddcl_theory.runtime import profile
 
 
 def _documents(seed: int, n: int = 12, d: int = 5, dtype=torch.float64):

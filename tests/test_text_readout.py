@@ -1,4 +1,4 @@
-"""Readouts of frozen tokens (ddcl_theory.readouts) and the text-readout experiment (claim D14)."""
+"""Readouts of frozen tokens (ddcl_theory.layers.readouts) and the text-readout experiment (claim D14)."""
 from __future__ import annotations
 
 import dataclasses
@@ -6,11 +6,12 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-
-from ddcl_theory import metrics, profile
-from ddcl_theory import readouts as R
-from ddcl_theory.experiments import text_readout as T
 from _text_fakes import FakeEncoder
+
+from ddcl_theory.experiments import text_readout as T
+from ddcl_theory.layers import readouts as R
+from ddcl_theory.metrics import geometry as metrics
+from ddcl_theory.runtime import profile
 
 
 def _packed(lengths, dim=6, seed=0):

@@ -13,8 +13,12 @@ from ddcl_theory.functional import loss_terms, soft_assign
 from ddcl_theory.theory import collapse as col
 from ddcl_theory.theory import critical_temperature
 from ddcl_theory.theory import free_energy as fe
-from ddcl_theory.theory.annealing import (constant_schedule, exponential_schedule,
-                                          linear_schedule, run_flow)
+from ddcl_theory.theory.annealing import (
+    constant_schedule,
+    exponential_schedule,
+    linear_schedule,
+    run_flow,
+)
 
 F64 = torch.float64
 

@@ -5,9 +5,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ddcl_theory.report import below
-from ddcl_theory.tolerance import (TIGHT, Tolerance, compare_text, numbers_agree,
-                                   parse_declaration, split_numbers)
+from ddcl_theory.ledger.report import below
+from ddcl_theory.ledger.tolerance import (
+    TIGHT,
+    Tolerance,
+    compare_text,
+    numbers_agree,
+    parse_declaration,
+    split_numbers,
+)
 
 TRAINING = Tolerance(abs=0.03, reason="training outcome")
 
@@ -95,7 +101,7 @@ def test_below_prints_a_bound_for_rounding_noise_and_digits_otherwise():
 
 
 def test_the_emulated_machine_switches_both_aten_and_mkl_kernels():
-    from ddcl_theory.tools.kernels import probe
+    from ddcl_theory.runtime.kernels import probe
 
     emulated = probe({"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE"})
     assert emulated["aten"] == "DEFAULT"

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from ddcl_theory import profile
 from ddcl_theory.experiments import soft_vq
+from ddcl_theory.layers.quantizers import HardVQ, make_quantizer
 from ddcl_theory.models.vqvae import VQVAE
-from ddcl_theory.quantizers import HardVQ, make_quantizer
+from ddcl_theory.runtime import profile
 
 
 @pytest.mark.parametrize("kind", ["soft", "hard", "ema"])

@@ -3,14 +3,14 @@
 ``{verdict}`not reproduced``` becomes
 ``<span class="ddcl-verdict ddcl-verdict-not-reproduced">not reproduced</span>``; the colours,
 one per verdict word, are in ``_static/ledger.css``. A word that is not one of
-``ddcl_theory.claims.VERDICTS`` is reported as an error at that line of the page (the strict
+``ddcl_theory.ledger.claims.VERDICTS`` is reported as an error at that line of the page (the strict
 build fails on it).
 """
 from __future__ import annotations
 
 from docutils import nodes
 
-from ddcl_theory.claims import VERDICTS
+from ddcl_theory.ledger.claims import VERDICTS
 
 
 def verdict_class(word: str) -> str:

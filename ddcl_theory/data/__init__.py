@@ -29,9 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..paths import repo_root
-from . import digest
-from .fetch import CACHE_ENV, cache_dir
+from ddcl_theory.data import digest
+from ddcl_theory.data.fetch import CACHE_ENV, cache_dir
+from ddcl_theory.runtime.paths import repo_root
 
 DATA_ENV = "DDCL_DATA_DIR"
 
@@ -231,8 +231,14 @@ def load_text(key: str = "tinyshakespeare") -> tuple[str, str]:
     if path is not None:
         return path.read_text(encoding="utf-8"), key
     notice_fallback(key, "the docstrings of Python's standard library")
+    import collections
+    import functools
+    import itertools
+    import json as _json
     import pydoc  # noqa: F401  (real English prose that ships with Python)
-    import collections, functools, itertools, json as _json, re, string, textwrap
+    import re
+    import string
+    import textwrap
     mods = [collections, functools, itertools, _json, re, string, textwrap]
     parts = []
     for m in mods:

@@ -1,4 +1,4 @@
 """``python -m ddcl_theory.data ensure|status`` (see :mod:`ddcl_theory.data.cli`)."""
-from .cli import main
+from ddcl_theory.data.cli import main
 
 raise SystemExit(main())

@@ -17,7 +17,7 @@ EXIT_OK, EXIT_BROKEN, EXIT_MISSING = 0, 1, 2
 
 
 def _parser() -> argparse.ArgumentParser:
-    from . import FILES
+    from ddcl_theory.data import FILES
 
     p = argparse.ArgumentParser(prog="python -m ddcl_theory.data",
                                 description="Find, verify and fetch the real data sets.")
@@ -31,8 +31,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _ensure(keys: list[str], allow_missing: bool) -> int:
-    from . import FILES
-    from .fetch import ensure, missing_message
+    from ddcl_theory.data import FILES
+    from ddcl_theory.data.fetch import ensure, missing_message
 
     unknown = [k for k in keys if k not in FILES]
     if unknown:
@@ -57,8 +57,8 @@ def _ensure(keys: list[str], allow_missing: bool) -> int:
 
 
 def _status() -> int:
-    from . import FILES, DataIntegrityError, search_dirs, verify
-    from .sources import resolve_url, source_for
+    from ddcl_theory.data import FILES, DataIntegrityError, search_dirs, verify
+    from ddcl_theory.data.sources import resolve_url, source_for
 
     dirs = [(label, d) for label, d in search_dirs() if d.is_dir()]
     width = max(len(k) for k in FILES)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .digest import split_lines
+from ddcl_theory.data.digest import split_lines
 
 SUBSETS = Path(__file__).with_name("subsets.npz")
 CIFAR_TRAIN_SIZE = 50_000

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from . import derive
-from .sources import Source, resolve_url
+from ddcl_theory.data import derive
+from ddcl_theory.data.sources import Source, resolve_url
 
 CACHE_ENV = "DDCL_CACHE_DIR"
 TIMEOUT_ENV = "DDCL_FETCH_TIMEOUT"
@@ -105,7 +105,7 @@ def _bars_enabled() -> bool:
 
 
 def _byte_bar(total: int | None, initial: int, desc: str):
-    # A byte-count bar (unit "B"), which ddcl_theory.progress.progress (an iterable wrapper) does not
+    # A byte-count bar (unit "B"), which ddcl_theory.runtime.progress.progress (an iterable wrapper) does not
     # offer; on when stderr is a terminal or DDCL_PROGRESS=1, off with DDCL_PROGRESS=0.
     from tqdm import tqdm
 
@@ -222,7 +222,7 @@ def fetch_source(source: Source, keys: Iterable[str], *, timeout: float | None =
     before it is renamed into place. The download is deleted once every requested file is in place.
     A file that another process put into the cache meanwhile is verified and kept.
     """
-    from . import FILES, DataIntegrityError, verify
+    from ddcl_theory.data import FILES, DataIntegrityError, verify
 
     keys = list(keys)
     for key in keys:
@@ -285,8 +285,8 @@ def ensure(keys: Iterable[str] | None = None, *, timeout: float | None = None) -
     silently); ``missing`` lists data sets that could not be fetched, with the reason. After the
     first network failure on a host, later sources on the same host are not tried.
     """
-    from . import FILES, DataIntegrityError, find
-    from . import sources as _sources
+    from ddcl_theory.data import FILES, DataIntegrityError, find
+    from ddcl_theory.data import sources as _sources
 
     keys = list(FILES) if keys is None else list(keys)
     for key in keys:
@@ -331,8 +331,8 @@ def ensure(keys: Iterable[str] | None = None, *, timeout: float | None = None) -
 
 def missing_message(report: EnsureReport) -> str:
     """One message listing what is missing or broken and every way to provide it."""
-    from . import FILES, data_dirs
-    from .sources import source_for
+    from ddcl_theory.data import FILES, data_dirs
+    from ddcl_theory.data.sources import source_for
 
     lines = []
     if report.missing:
@@ -344,7 +344,7 @@ def missing_message(report: EnsureReport) -> str:
                      "(delete or replace them):")
         for key, why in report.broken.items():
             lines.append(f"  - {key}: {why.splitlines()[0]}")
-    from . import repo_root
+    from ddcl_theory.data import repo_root
 
     root = repo_root()
     places = (f"{root / 'data'} or {root.parent / 'shared' / 'data'}" if root is not None

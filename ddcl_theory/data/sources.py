@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from . import derive
+from ddcl_theory.data import derive
 
 MIRROR_ENV = "DDCL_DATA_MIRROR"
 HASHES = ("md5", "sha256")

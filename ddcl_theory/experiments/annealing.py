@@ -14,12 +14,17 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .. import profile, runs
-from ..data import image_patches, load_cifar10
-from ..progress import progress
-from ..prototypes import separation
-from ..theory.collapse import collapsed, count_clusters, critical_temperature, data_covariance
-from ..theory.free_energy import em_fixed_point, free_energy
+from ddcl_theory.data import image_patches, load_cifar10
+from ddcl_theory.metrics.prototypes import separation
+from ddcl_theory.runtime import profile, runs
+from ddcl_theory.runtime.progress import progress
+from ddcl_theory.theory.collapse import (
+    collapsed,
+    count_clusters,
+    critical_temperature,
+    data_covariance,
+)
+from ddcl_theory.theory.free_energy import em_fixed_point, free_energy
 
 
 @dataclass(frozen=True)

@@ -16,12 +16,12 @@ import numpy as np
 import torch
 import torch.nn.functional as nnf
 
-from .. import profile, runs
-from ..data import image_patches, load_cifar10
-from ..layers.ddcl import DDCLAttention
-from ..models.ddcl_transformer import DDCLTransformer
-from ..progress import progress
-from ..prototypes import perplexity, usage
+from ddcl_theory.data import image_patches, load_cifar10
+from ddcl_theory.layers.ddcl import DDCLAttention
+from ddcl_theory.metrics.prototypes import perplexity, usage
+from ddcl_theory.models.ddcl_transformer import DDCLTransformer
+from ddcl_theory.runtime import profile, runs
+from ddcl_theory.runtime.progress import progress
 
 
 def cifar_patch_tokens(images: np.ndarray, patch: int = 4) -> torch.Tensor:

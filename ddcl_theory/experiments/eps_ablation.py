@@ -25,14 +25,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from .. import data as ddata
-from .. import profile
-from .. import prototypes as protos
-from .. import runs
-from ..layers.ddcl import DDCLAttention
-from ..models.encoders import TokenMLP
-from ..progress import progress
-from ..theory import timescales as ts
+from ddcl_theory import data as ddata
+from ddcl_theory.layers.ddcl import DDCLAttention
+from ddcl_theory.metrics import prototypes as protos
+from ddcl_theory.models.mlp import TokenMLP
+from ddcl_theory.runtime import profile, runs
+from ddcl_theory.runtime.progress import progress
+from ddcl_theory.theory import timescales as ts
 
 COLLAPSE_SEPARATION_RATIO = 0.05
 COLLAPSE_PERPLEXITY = 1.5

@@ -20,12 +20,23 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .. import data, metrics, profile, runs
-from . import require_positive_ints
-from ..models.char_gpt import CharGPT
-from ..progress import progress
-from .laplacian_vit import (HEAD_SETTINGS, Verdict, ViTSweep, _fmt, compare,
-                            head_sign_balances, laplacian_count, num_threads, summarise)
+from ddcl_theory import data
+from ddcl_theory.experiments import require_positive_ints
+from ddcl_theory.experiments.laplacian_vit import (
+    HEAD_SETTINGS,
+    Verdict,
+    ViTSweep,
+    _fmt,
+    compare,
+    head_sign_balances,
+    laplacian_count,
+    num_threads,
+    summarise,
+)
+from ddcl_theory.metrics import geometry as metrics
+from ddcl_theory.models.char_gpt import CharGPT
+from ddcl_theory.runtime import profile, runs
+from ddcl_theory.runtime.progress import progress
 
 __all__ = ["GPTSettings", "GPTRun", "GPTSweep", "encode", "run", "verdict_l8", "verdict_l9"]
 

@@ -9,7 +9,7 @@ seeded by k-means++ on the tokens that reach them. Measured: test accuracy; on t
 bank usage (fraction of prototypes that are some token's argmax) and perplexity, averaged over
 the readout's heads; the prototype separation (min and mean pairwise distance, trace) per epoch;
 the within-sequence share of the variance of the tokens that reach the readout (ANOVA of
-:func:`ddcl_theory.metrics.anova_split`), to confirm that the Laplacian encoder does smooth them.
+:func:`ddcl_theory.metrics.geometry.anova_split`), to confirm that the Laplacian encoder does smooth them.
 """
 from __future__ import annotations
 
@@ -20,12 +20,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .. import data, metrics, profile
-from . import require_positive_ints
-from .laplacian_vit import compare, laplacian_count, num_threads
-from ..models.vit_readout import ViTDDCL
-from ..progress import progress
-from ..prototypes import SEPARATION_KINDS, perplexity, separation, usage
+from ddcl_theory import data
+from ddcl_theory.experiments import require_positive_ints
+from ddcl_theory.experiments.laplacian_vit import compare, laplacian_count, num_threads
+from ddcl_theory.metrics import geometry as metrics
+from ddcl_theory.metrics.prototypes import SEPARATION_KINDS, perplexity, separation, usage
+from ddcl_theory.models.vit_readout import ViTDDCL
+from ddcl_theory.runtime import profile
+from ddcl_theory.runtime.progress import progress
 
 __all__ = ["SETTINGS", "ReadoutSettings", "ReadoutRun", "ReadoutSweep", "run", "train_one",
            "summarise", "Verdict", "verdict_x2", "MEASURES"]

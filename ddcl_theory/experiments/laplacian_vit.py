@@ -22,11 +22,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .. import data, metrics, profile, runs
-from . import require_positive_ints
-from ..models.transformer import value_output_maps
-from ..models.vit import ViT
-from ..progress import progress
+from ddcl_theory import data
+from ddcl_theory.experiments import require_positive_ints
+from ddcl_theory.metrics import geometry as metrics
+from ddcl_theory.models.transformer import value_output_maps
+from ddcl_theory.models.vit import ViT
+from ddcl_theory.runtime import profile, runs
+from ddcl_theory.runtime.progress import progress
 
 __all__ = ["HEAD_SETTINGS", "laplacian_count", "ViTSettings", "ViTRun", "ViTSweep", "run",
            "summarise", "compare", "Verdict", "verdict_l6", "verdict_l7", "num_threads",

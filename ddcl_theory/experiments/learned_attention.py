@@ -15,9 +15,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .. import profile, runs
-from ..data import load_text
-from ..layers.laplacian import LaplacianAttention
+from ddcl_theory.data import load_text
+from ddcl_theory.layers.laplacian import LaplacianAttention
+from ddcl_theory.runtime import profile, runs
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """DDCL against k-means on a synthetic catalogue of orbital debris (claim D13).
 
-Data: :func:`ddcl_theory.synthetic.debris.generate` (a fresh catalogue per seed), the five
+Data: :func:`ddcl_theory.data.debris.generate` (a fresh catalogue per seed), the five
 observed columns standardised (z-scores over the catalogue). Methods, each with K = 4 clusters:
 
 * ``ddcl`` - a DDCL clustering head: a projection-free :class:`~ddcl_theory.layers.ddcl.DDCLAttention`
@@ -9,7 +9,7 @@ observed columns standardised (z-scores over the catalogue). Methods, each with 
   collapse temperature); cluster = argmax q. ``ddcl_sgd`` is the same head trained by plain
   full-batch gradient descent (a control: is a behaviour of the separation Adam's doing?).
 * ``readout`` - DDCL as a readout: an MLP encoder, the DDCL soft quantiser of
-  :mod:`ddcl_theory.quantizers` (K = 4) on its output, an MLP decoder reconstructing the row from
+  :mod:`ddcl_theory.layers.quantizers` (K = 4) on its output, an MLP decoder reconstructing the row from
   the soft centroid; trained full batch on reconstruction MSE + beta L_q; cluster = argmax q.
 * ``kmeans`` - scikit-learn ``KMeans`` with 10 k-means++ restarts (its usual setting), and
   ``kmeans1`` - a single k-means++ start (the same seeding budget as the DDCL head).
@@ -27,15 +27,17 @@ import numpy as np
 import torch
 from torch import nn
 
-from .. import clustering, metrics, profile
-from . import require_positive_ints
-from .laplacian_vit import compare, num_threads
-from ..layers.ddcl import DDCLAttention
-from ..progress import progress
-from ..prototypes import SEPARATION_KINDS, separation
-from ..quantizers import SoftDDCLQuantizer
-from ..synthetic import debris
-from ..theory.collapse import critical_temperature
+from ddcl_theory.data import debris
+from ddcl_theory.experiments import require_positive_ints
+from ddcl_theory.experiments.laplacian_vit import compare, num_threads
+from ddcl_theory.layers.ddcl import DDCLAttention
+from ddcl_theory.layers.quantizers import SoftDDCLQuantizer
+from ddcl_theory.metrics import clustering
+from ddcl_theory.metrics import geometry as metrics
+from ddcl_theory.metrics.prototypes import SEPARATION_KINDS, separation
+from ddcl_theory.runtime import profile
+from ddcl_theory.runtime.progress import progress
+from ddcl_theory.theory.collapse import critical_temperature
 
 __all__ = ["METHODS", "DebrisSettings", "DDCLTrace", "DebrisRun", "DebrisResult", "standardise",
            "fit_ddcl_head", "fit_ddcl_readout", "fit_kmeans", "run", "summary", "Verdict",
@@ -112,7 +114,7 @@ class DDCLTrace:
 
     l_q, l_ols, v: loss terms of the epoch's forward pass; identity_error: |L_q - L_OLS - V| /
     max(L_q, 1e-12); separation: {kind: values after the epoch's update} for the kinds of
-    :data:`ddcl_theory.prototypes.SEPARATION_KINDS`, plus the value before training at
+    :data:`ddcl_theory.metrics.prototypes.SEPARATION_KINDS`, plus the value before training at
     ``separation_start``.
     """
 

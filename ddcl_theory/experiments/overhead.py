@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .. import profile, runs
-from ..layers.laplacian import LaplacianAttention
+from ddcl_theory.layers.laplacian import LaplacianAttention
+from ddcl_theory.runtime import profile, runs
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ then a linear classifier on the readout's ``pooled`` (B, dim). Loss = cross-entr
 ``lr_bank``, everything else with ``lr``.
 
 Collapse is measured on the training set before training (epoch 0) and after every epoch, for
-every readout alike (:mod:`ddcl_theory.readout_metrics`):
+every readout alike (:mod:`ddcl_theory.metrics.readouts`):
 
 * ``vectors``: the slot/latent/prototype vectors (final slots per sequence for Slot Attention; the
   learned bank for DDCL and Perceiver) - min/mean pairwise distance, effective rank;
@@ -53,12 +53,19 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from .. import profile
-from .. import readout_metrics as rm
-from ..layers.peers import (PERCEIVER_SOFTMAX, SLOT_INITS, DDCLReadoutAdapter,
-                            PerceiverReadout, ReadoutOutput, SlotAttentionReadout, check_tokens)
-from ..models.encoders import TokenMLP
-from ..progress import progress
+from ddcl_theory.layers.peers import (
+    PERCEIVER_SOFTMAX,
+    SLOT_INITS,
+    DDCLReadoutAdapter,
+    PerceiverReadout,
+    ReadoutOutput,
+    SlotAttentionReadout,
+    check_tokens,
+)
+from ddcl_theory.metrics import readouts as rm
+from ddcl_theory.models.mlp import TokenMLP
+from ddcl_theory.runtime import profile
+from ddcl_theory.runtime.progress import progress
 
 READOUTS = ("ddcl", "slot", "perceiver")
 BANK_INITS = ("random", "near_equal")
@@ -264,7 +271,7 @@ def debris_sets(n: int, seq_len: int, *, seed: int, catalogue: int = 4000) -> To
     """Sets of tracked objects labelled by *which orbit classes they contain* (claim D17).
 
     One catalogue of ``catalogue`` objects is drawn by
-    :func:`ddcl_theory.synthetic.debris.generate` with ``seed``. Set i has label
+    :func:`ddcl_theory.data.debris.generate` with ``seed``. Set i has label
     i mod 15 (balanced, then shuffled), i.e. the class subset ``DEBRIS_SUBSETS[label]``, a
     length L uniform in [seq_len // 2, seq_len] (at least the subset's size), one object of
     every class of the subset and the other L - |subset| objects from classes of the subset
@@ -281,8 +288,7 @@ def debris_sets(n: int, seq_len: int, *, seed: int, catalogue: int = 4000) -> To
         raise ValueError(f"seq_len: expected an int >= 4 (room for four classes), got {seq_len}")
     if catalogue < 100:
         raise ValueError(f"catalogue: expected at least 100 objects, got {catalogue}")
-    from ..synthetic import debris
-
+    from ddcl_theory.data import debris
     cat = debris.generate(catalogue, seed=seed)
     feats = debris_features(cat.features)
     pools = [np.flatnonzero(cat.labels == c) for c in range(4)]
@@ -305,9 +311,9 @@ def debris_sets(n: int, seq_len: int, *, seed: int, catalogue: int = 4000) -> To
 
 def text_sets(train, test, train_y: np.ndarray, test_y: np.ndarray) -> tuple[TokenSet, TokenSet]:
     """Padded :class:`TokenSet` pairs from cached token embeddings
-    (:class:`ddcl_theory.text.TokenEmbeddings`), standardised per feature with the mean and
+    (:class:`ddcl_theory.data.text.TokenEmbeddings`), standardised per feature with the mean and
     standard deviation of the training tokens (as the text chapter does)."""
-    from ..readouts import Standardiser
+    from ddcl_theory.layers.readouts import Standardiser
 
     std = Standardiser.fit(torch.from_numpy(train.values).float())
     out = []
@@ -371,8 +377,8 @@ def load_task(name: str, settings: "StudySettings", encoder=None) -> TaskData:
         return TaskData(name, len(DEBRIS_SUBSETS), train, test, s.debris_train, s.debris_test,
                         s.debris_length, float((lengths >= s.debris_length).mean()),
                         float(lengths.mean()))
-    from . import text_readout as tx
-    from ..text import load_encoder
+    from ddcl_theory.data.text import load_encoder
+    from ddcl_theory.experiments import text_readout as tx
 
     text = tx.TextReadoutSettings(encoder=s.encoder, sst2_train=s.sst2_train,
                                   sst2_max_length=s.sst2_max_length, ng_train=s.ng_train,
@@ -1024,19 +1030,18 @@ def run_study(settings: StudySettings | None = None, *, encoder=None,
 
     ``tasks`` (name -> :class:`TaskData`) replaces loading; ``encoder`` is the frozen text
     encoder (loaded from the settings when a text task needs it). In the paper profile every
-    finished training run is checkpointed (:class:`ddcl_theory.runs.RunDir`).
+    finished training run is checkpointed (:class:`ddcl_theory.runtime.runs.RunDir`).
     """
     import functools
 
-    from .. import runs
-
+    from ddcl_theory.runtime import runs
     s = settings or StudySettings.from_profile()
     needed = tuple(dict.fromkeys(s.tasks + (s.sweep_task,)))
     data = dict(tasks or {})
     for name in needed:
         if name not in data:
             if name != "debris" and encoder is None:
-                from ..text import load_encoder
+                from ddcl_theory.data.text import load_encoder
                 encoder = load_encoder(s.encoder, device=profile.current().device,
                                        batch_tokens=s.encoder_batch_tokens)
             data[name] = load_task(name, s, encoder)

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .. import profile, runs
-from ..layers.ddcl import DDCLAttention
+from ddcl_theory.layers.ddcl import DDCLAttention
+from ddcl_theory.runtime import profile, runs
 
 
 @dataclass(frozen=True)

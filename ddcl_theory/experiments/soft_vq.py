@@ -2,7 +2,7 @@
 
 One convolutional VQ-VAE (:class:`ddcl_theory.models.vqvae.VQVAE`, 64 codes) is trained three
 ways with the same encoder, decoder, optimiser and budget, differing only in the bottleneck
-(:mod:`ddcl_theory.quantizers`):
+(:mod:`ddcl_theory.layers.quantizers`):
 
 * ``soft``: DDCL soft quantisation (soft centroid at temperature tau, auxiliary loss beta * L_q),
   prototypes seeded by k-means++ on the first batch's tokens, no gradient estimator;
@@ -34,14 +34,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .. import data, profile
-from ..theory import collapse
-from . import require_positive_ints
-from .laplacian_vit import num_threads
-from ..models.vqvae import VQVAE
-from ..progress import progress
-from ..prototypes import perplexity
-from ..quantizers import make_quantizer
+from ddcl_theory import data
+from ddcl_theory.experiments import require_positive_ints
+from ddcl_theory.experiments.laplacian_vit import num_threads
+from ddcl_theory.layers.quantizers import make_quantizer
+from ddcl_theory.metrics.prototypes import perplexity
+from ddcl_theory.models.vqvae import VQVAE
+from ddcl_theory.runtime import profile
+from ddcl_theory.runtime.progress import progress
+from ddcl_theory.theory import collapse
 
 __all__ = ["METHODS", "SoftVQSettings", "VQRun", "SoftVQResult", "prepare_images",
            "critical_temperature", "train_one", "run", "encoder_gradients", "Verdict",
@@ -349,7 +350,7 @@ def encoder_gradients(images: torch.Tensor, *, num_codes: int = 64, latent_dim: 
     tokens) passes a gradient by plain autograd; the hard one only with the straight-through
     estimator, and exactly none without it.
     """
-    from ..quantizers import HardVQ, SoftDDCLQuantizer
+    from ddcl_theory.layers.quantizers import HardVQ, SoftDDCLQuantizer
 
     norms = {}
     for name in ("soft", "hard_straight_through", "hard_without_estimator"):

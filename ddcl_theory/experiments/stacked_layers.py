@@ -24,15 +24,16 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .. import functional as F
-from .. import metrics, profile
-from ..models.stacked_ddcl import StackedDDCL
-from ..progress import progress
-from ..prototypes import separation, usage
-from ..readouts import PackedTokens, Standardiser, purity
-from ..text import embed, load_encoder
-from . import require_positive_ints
-from .text_readout import NEWSGROUPS, TextReadoutSettings, load_corpus
+from ddcl_theory import functional as F
+from ddcl_theory.data.text import embed, load_encoder
+from ddcl_theory.experiments import require_positive_ints
+from ddcl_theory.experiments.text_readout import NEWSGROUPS, TextReadoutSettings, load_corpus
+from ddcl_theory.layers.readouts import PackedTokens, Standardiser, purity
+from ddcl_theory.metrics import geometry as metrics
+from ddcl_theory.metrics.prototypes import separation, usage
+from ddcl_theory.models.stacked_ddcl import StackedDDCL
+from ddcl_theory.runtime import profile
+from ddcl_theory.runtime.progress import progress
 
 LEVELS = (1, 2)
 

@@ -8,12 +8,12 @@ Three corpora, each subsampled in the cpu profile (class-balanced draws, the siz
 * IMDB (binary sentiment of full reviews, ``<br />`` removed): draws from the 5,000 + 5,000
   reviews of the staged subset;
 * 20 Newsgroups (20 topics): draws from the bydate train and test splits, header, quoted lines and
-  signature stripped (:func:`ddcl_theory.text.clean.strip_newsgroup`).
+  signature stripped (:func:`ddcl_theory.data.text.clean.strip_newsgroup`).
 
-The frozen encoder's token embeddings come from the cache (:func:`ddcl_theory.text.cache.embed`).
+The frozen encoder's token embeddings come from the cache (:func:`ddcl_theory.data.text.cache.embed`).
 Supervised: logistic-regression probes on [CLS] and on the mean (convex, solved to convergence,
 deterministic), and the DDCL readout's ``pooled`` trained with a linear head
-(:func:`ddcl_theory.readouts.ddcl_probe`) over several seeds. Unsupervised
+(:func:`ddcl_theory.layers.readouts.ddcl_probe`) over several seeds. Unsupervised
 (on the test documents, labels only to score): k-means on [CLS] and on the mean, and two DDCL
 clusterings - a DDCL layer fitted by L_q on the tokens (each document to its dominant prototype)
 and one fitted on the mean-pooled documents - scored by Hungarian ACC, purity, NMI and ARI.
@@ -25,11 +25,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .. import metrics, profile
-from .. import readouts as R
-from ..data import FILES, load_20newsgroups, load_imdb, load_sst2
-from ..text import TokenEmbeddings, clean_imdb, embed, load_encoder, strip_newsgroup
-from . import require_positive_ints
+from ddcl_theory.data import FILES, load_20newsgroups, load_imdb, load_sst2
+from ddcl_theory.data.text import TokenEmbeddings, clean_imdb, embed, load_encoder, strip_newsgroup
+from ddcl_theory.experiments import require_positive_ints
+from ddcl_theory.layers import readouts as R
+from ddcl_theory.metrics import geometry as metrics
+from ddcl_theory.runtime import profile
 
 CORPORA = ("sst2", "imdb", "20ng")
 TITLES = {"sst2": "SST-2", "imdb": "IMDB", "20ng": "20 Newsgroups"}
@@ -230,7 +231,7 @@ def embed_corpus(encoder, corpus: Corpus) -> tuple[TokenEmbeddings, TokenEmbeddi
 
 
 def packed(emb: TokenEmbeddings, device: str = "cpu") -> R.PackedTokens:
-    """The embeddings as float32 :class:`~ddcl_theory.readouts.PackedTokens` on ``device``."""
+    """The embeddings as float32 :class:`~ddcl_theory.layers.readouts.PackedTokens` on ``device``."""
     return R.PackedTokens(torch.from_numpy(emb.values).float().to(device),
                           torch.from_numpy(emb.offsets).to(device))
 

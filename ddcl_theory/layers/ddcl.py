@@ -43,8 +43,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from .. import functional as F
-from .. import prototypes as protos
+from ddcl_theory import functional as F
+from ddcl_theory.metrics import prototypes as protos
 
 Schedule = Callable[[int], float]
 
@@ -465,7 +465,7 @@ class DDCLAttention(nn.Module):
         """Re-read the step counter from its buffer (one host read) and re-apply the schedule.
 
         Needed only after the buffer was changed behind the layer's back (e.g. by a collective,
-        see :mod:`ddcl_theory.distributed`); loading a state dict calls it. Returns the step.
+        see :mod:`ddcl_theory.runtime.distributed`); loading a state dict calls it. Returns the step.
         """
         self._step = int(self.temperature_step)
         self._apply_schedule()

@@ -50,7 +50,7 @@ import torch
 import torch.nn.functional as nnf
 from torch import Tensor, nn
 
-from .ddcl import DDCLAttention
+from ddcl_theory.layers.ddcl import DDCLAttention
 
 __all__ = ["ReadoutOutput", "SlotAttentionReadout", "PerceiverReadout", "DDCLReadoutAdapter",
            "SLOT_INITS", "PERCEIVER_SOFTMAX", "check_tokens", "gru_step"]

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .transformer import TransformerStack
+from ddcl_theory.models.transformer import TransformerStack
 
 __all__ = ["CharGPT"]
 

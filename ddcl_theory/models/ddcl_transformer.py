@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from ..layers.ddcl import DDCLAttention, DDCLOutput
+from ddcl_theory.layers.ddcl import DDCLAttention, DDCLOutput
 
 READOUTS = ("ddcl", "mean")
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from ..layers.ddcl import DDCLAttention, DDCLOutput
-from ..readouts import lloyd, segment_mean
+from ddcl_theory.layers.ddcl import DDCLAttention, DDCLOutput
+from ddcl_theory.layers.readouts import lloyd, segment_mean
 
 
 @dataclass
@@ -74,7 +74,7 @@ class StackedDDCL(nn.Module):
                   fraction2: float, generator: torch.Generator | None = None,
                   lloyd_steps: int = 10, max_seed_tokens: int = 10000) -> tuple[float, float]:
         """k-means++ seeding and ``lloyd_steps`` k-means steps for both levels
-        (:func:`ddcl_theory.readouts.lloyd`), and temperatures from the data's spread.
+        (:func:`ddcl_theory.layers.readouts.lloyd`), and temperatures from the data's spread.
 
         Level 1 is seeded on ``tokens`` (at most ``max_seed_tokens`` of them, drawn at random)
         and gets tau1 = ``fraction1`` times the mean squared

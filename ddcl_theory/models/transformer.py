@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from ..layers.laplacian import LaplacianAttention
+from ddcl_theory.layers.laplacian import LaplacianAttention
 
 __all__ = ["TransformerBlock", "TransformerStack", "laplacian_heads_per_layer",
            "value_output_maps"]

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from .transformer import TransformerStack
+from ddcl_theory.models.transformer import TransformerStack
 
 __all__ = ["ViT"]
 

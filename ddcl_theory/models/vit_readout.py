@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from ..layers.ddcl import DDCLAttention, DDCLOutput
-from .vit import ViT
+from ddcl_theory.layers.ddcl import DDCLAttention, DDCLOutput
+from ddcl_theory.models.vit import ViT
 
 __all__ = ["ViTDDCL", "ViTDDCLOutput"]
 

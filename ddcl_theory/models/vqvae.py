@@ -1,4 +1,4 @@
-"""A small convolutional VQ-VAE whose bottleneck is any quantiser of :mod:`ddcl_theory.quantizers`.
+"""A small convolutional VQ-VAE whose bottleneck is any quantiser of :mod:`ddcl_theory.layers.quantizers`.
 
 The encoder halves the image side twice with strided convolutions and maps to ``latent_dim``
 channels; every cell of the resulting (H/4, W/4) grid is one token for the quantiser. The decoder
@@ -7,7 +7,7 @@ caller), so the trivial reconstruction "every pixel at the data mean" is the con
 
 Shapes: ``forward(images (B, C, H, W)) -> VQVAEOutput`` with ``reconstruction`` (B, C, H, W),
 ``tokens`` (B, T, latent_dim) with T = (H/4)(W/4), and the quantiser's output (see
-:class:`ddcl_theory.quantizers.QuantizerOutput`). ``H`` and ``W`` must be multiples of 4
+:class:`ddcl_theory.layers.quantizers.QuantizerOutput`). ``H`` and ``W`` must be multiples of 4
 (van den Oord et al. 2017, scaled down).
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from torch import Tensor, nn
 
-from ..quantizers import Quantizer, QuantizerOutput
+from ddcl_theory.layers.quantizers import Quantizer, QuantizerOutput
 
 __all__ = ["ConvEncoder", "ConvDecoder", "VQVAE", "VQVAEOutput"]
 
@@ -80,7 +80,7 @@ class VQVAE(nn.Module):
     """Encoder -> quantiser on the grid tokens -> decoder.
 
     Args:
-        quantizer: a :class:`ddcl_theory.quantizers.Quantizer` with ``dim == latent_dim``.
+        quantizer: a :class:`ddcl_theory.layers.quantizers.Quantizer` with ``dim == latent_dim``.
         in_channels: image channels C.
         hidden: channels of the hidden convolutions.
         latent_dim: token size D (the code vectors' size).
@@ -90,7 +90,7 @@ class VQVAE(nn.Module):
                  latent_dim: int = 16) -> None:
         super().__init__()
         if not isinstance(quantizer, Quantizer):
-            raise ValueError(f"quantizer: expected a ddcl_theory.quantizers.Quantizer, "
+            raise ValueError(f"quantizer: expected a ddcl_theory.layers.quantizers.Quantizer, "
                              f"got {type(quantizer).__name__}")
         if quantizer.dim != latent_dim:
             raise ValueError(f"latent_dim: expected the quantizer's dim={quantizer.dim}, "

@@ -1,2 +1,2 @@
 """theory"""
-from .collapse import critical_temperature  # noqa: F401
+from ddcl_theory.theory.collapse import critical_temperature  # noqa: F401

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .free_energy import assignment_entropy, em_step, free_energy, gradient_step
+from ddcl_theory.theory.free_energy import assignment_entropy, em_step, free_energy, gradient_step
 
 UPDATES = ("gradient", "em")
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..functional import Temperature, check_temperature, soft_assign
-from .free_energy import free_energy, free_energy_grad
+from ddcl_theory.functional import Temperature, check_temperature, soft_assign
+from ddcl_theory.theory.free_energy import free_energy, free_energy_grad
 
 
 def _check_tokens(z: Tensor) -> None:

@@ -26,7 +26,7 @@ import sympy as sp
 import torch
 from torch import Tensor
 
-from .. import functional as F
+from ddcl_theory import functional as F
 
 # ---------------------------------------------------------------------------------------------
 # Symbolic part

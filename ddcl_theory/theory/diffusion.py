@@ -14,7 +14,7 @@ import numpy as np
 import scipy.linalg
 import sympy as sp
 
-from ..arrays import as_float64
+from ddcl_theory.runtime.validate import as_float64
 
 
 # ----------------------------------------------------------------------------- basic checks

@@ -21,7 +21,7 @@ import math
 import torch
 from torch import Tensor
 
-from ..functional import Temperature, check_temperature, squared_distances
+from ddcl_theory.functional import Temperature, check_temperature, squared_distances
 
 
 def _scaled_logits(z: Tensor, prototypes: Tensor, temperature: Temperature) -> Tensor:

@@ -29,7 +29,7 @@ import torch
 from scipy.optimize import linear_sum_assignment
 from torch import Tensor
 
-from ..functional import loss_terms, soft_assign
+from ddcl_theory.functional import loss_terms, soft_assign
 
 OBJECTIVES = ("shared", "split")
 

@@ -1,0 +1,247 @@
+"""The paper profile's smoke test: every experiment at paper settings, a handful of steps, on CPU.
+
+    python -m ddcl_theory.experiments.smoke [NAME ...] [--threads N] [--exitfirst] [--report FILE]
+    python -m ddcl_theory.experiments.smoke --list
+
+Runs ``run(Settings.from_profile())`` of every experiment in :data:`EXPERIMENTS`, one after
+another, under ``DDCL_PROFILE=paper DDCL_SMOKE=1`` (set by the tool): the paper's model sizes,
+shapes and data, with the budgets (epochs, steps, seeds, repeats) that each experiment declares
+with ``pick(..., smoke=...)``. A paper-scale shape error, a missing data set or code that only
+runs on one device fails here, in seconds, and not on someone's GPU. Checkpoints are written
+(so that code runs too) into a temporary results folder that is removed afterwards: a smoke run
+never resumes from, or leaves, checkpoints.
+
+Each experiment prints its name, its time in seconds and ``ok``; a failing one prints its
+traceback under its name, the others still run (``--exitfirst`` stops at the first), and the
+tool exits with status 1 naming every failed experiment. An experiment whose paper settings do
+not change under ``DDCL_SMOKE=1`` (no ``smoke=`` budget declared) fails without running.
+
+``--device cuda`` runs the same smoke settings on a GPU host (with the paper profile's bf16
+autocast): the check for tensors left on the wrong device.
+
+Registry format (extend :data:`EXPERIMENTS` with one entry per experiment run)::
+
+    (module, settings class, run function)                  # run(Settings.from_profile())
+    (module, settings class, run function, {kwargs})        # run(Settings.from_profile(**kwargs))
+
+e.g. ``("ddcl_theory.experiments.soft_vq", "SoftVQSettings", "run")``. Names are strings and are
+imported when the entry runs, so an entry whose module fails to import fails under its name.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import importlib
+import os
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Iterator, Sequence
+from typing import Any, NamedTuple
+
+from ddcl_theory.runtime import profile
+from ddcl_theory.runtime.paths import RESULTS_ENV
+
+EXPERIMENTS: list[tuple] = [
+    ("ddcl_theory.experiments.ddcl_layer", "PatchSettings", "run_patch_prototypes"),
+    ("ddcl_theory.experiments.ddcl_layer", "TransformerSettings", "run_transformer"),
+    ("ddcl_theory.experiments.scaling", "ScalingSettings", "run"),
+    ("ddcl_theory.experiments.annealing", "AnnealingSettings", "run"),
+    ("ddcl_theory.experiments.eps_ablation", "AblationSettings", "run"),
+    ("ddcl_theory.experiments.learned_attention", "LearnedAttentionSettings", "run",
+     {"causal": True}),
+    ("ddcl_theory.experiments.learned_attention", "LearnedAttentionSettings", "run",
+     {"causal": False}),
+    ("ddcl_theory.experiments.overhead", "OverheadSettings", "run"),
+    ("ddcl_theory.experiments.laplacian_vit", "ViTSettings", "run"),
+    ("ddcl_theory.experiments.laplacian_gpt", "GPTSettings", "run"),
+    ("ddcl_theory.experiments.soft_vq", "SoftVQSettings", "run"),
+    ("ddcl_theory.experiments.orbital_debris", "DebrisSettings", "run"),
+    ("ddcl_theory.experiments.laplacian_readout", "ReadoutSettings", "run"),
+    ("ddcl_theory.experiments.text_readout", "TextReadoutSettings", "run"),
+    ("ddcl_theory.experiments.stacked_layers", "StackedSettings", "run"),
+    ("ddcl_theory.experiments.peer_readouts", "StudySettings", "run"),
+]
+
+
+class Entry(NamedTuple):
+    """One registry entry (see the module docstring for the tuple format)."""
+
+    module: str
+    settings: str
+    run: str
+    kwargs: dict = {}
+
+    @property
+    def name(self) -> str:
+        """``"<module stem>.<run function>"``, plus ``[k=v,...]`` for keyword arguments."""
+        base = f"{self.module.rsplit('.', 1)[-1]}.{self.run}"
+        if self.kwargs:
+            base += "[" + ",".join(f"{k}={v}" for k, v in self.kwargs.items()) + "]"
+        return base
+
+
+def entries(registry: Sequence[tuple] | None = None) -> list[Entry]:
+    """The registry as :class:`Entry` rows; ``ValueError`` naming a malformed row."""
+    rows = []
+    for i, row in enumerate(EXPERIMENTS if registry is None else registry):
+        if (not isinstance(row, tuple) or len(row) not in (3, 4)
+                or not all(isinstance(x, str) and x for x in row[:3])
+                or (len(row) == 4 and not isinstance(row[3], dict))):
+            raise ValueError(f"EXPERIMENTS[{i}]: expected (module, settings class, run function"
+                             f"[, kwargs dict]) as strings, got {row!r}")
+        rows.append(Entry(*row))
+    names = [e.name for e in rows]
+    if len(set(names)) != len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise ValueError(f"EXPERIMENTS: duplicate entries {twice}")
+    return rows
+
+
+@contextlib.contextmanager
+def _env(**values: str | None) -> Iterator[None]:
+    before = {k: os.environ.get(k) for k in values}
+    for k, v in values.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@contextlib.contextmanager
+def _device(device: str) -> Iterator[None]:
+    """Make ``profile.current()`` report ``device`` (the smoke profile's is always ``cpu``)."""
+    if device == "cpu":
+        yield
+        return
+    original = profile.current
+    profile.current = lambda: dataclasses.replace(original(), device=device)
+    try:
+        yield
+    finally:
+        profile.current = original
+
+
+def _settings(entry: Entry) -> Any:
+    module = importlib.import_module(entry.module)
+    cls = getattr(module, entry.settings)
+    make = getattr(cls, "from_profile", None)
+    if make is None:
+        if entry.kwargs:
+            raise ValueError(f"{entry.settings}: keyword arguments {entry.kwargs} need a "
+                             "from_profile classmethod")
+        return cls()
+    return make(**entry.kwargs)
+
+
+def check_smoke_budget(entry: Entry) -> Any:
+    """The smoke settings of ``entry``; ``ValueError`` when they equal its paper settings."""
+    with _env(**{profile.SMOKE_ENV: None}):
+        paper = _settings(entry)
+    smoke = _settings(entry)
+    if smoke == paper:
+        raise ValueError(f"{entry.name}: {entry.settings} declares no smoke budget: its paper "
+                         "settings do not change under DDCL_SMOKE=1 (use profile.current().pick("
+                         "cpu=..., paper=..., smoke=...) on epochs, steps, seeds or repeats)")
+    return smoke
+
+
+def run_entry(entry: Entry) -> float:
+    """Run one entry under the smoke profile; return the seconds taken."""
+    start = time.perf_counter()
+    settings = check_smoke_budget(entry)
+    run = getattr(importlib.import_module(entry.module), entry.run)
+    run(settings)
+    return time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*",
+                        help="run only entries whose name starts with one of these")
+    parser.add_argument("--list", action="store_true", help="list the registry and exit")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="threads for torch and NumPy's BLAS (default: their own)")
+    parser.add_argument("--exitfirst", "-x", action="store_true", help="stop at the first failure")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="cpu (default; what CI runs) or cuda on a GPU host")
+    parser.add_argument("--report", default=None,
+                        help="also write the times and outcomes as JSON to this file (atomically)")
+    args = parser.parse_args(argv)
+    todo = entries()
+    if args.list:
+        for e in todo:
+            extra = f" {e.kwargs}" if e.kwargs else ""
+            print(f"{e.name:<40} {e.module}.{e.settings} -> {e.run}{extra}")
+        return 0
+    if args.names:
+        todo = [e for e in todo if any(e.name.startswith(n) for n in args.names)]
+        if not todo:
+            raise SystemExit(f"smoke: no experiment matches {args.names}; see --list")
+    if args.threads is not None and args.threads < 1:
+        raise SystemExit(f"--threads: expected >= 1, got {args.threads}")
+    import torch
+
+    from ddcl_theory.runtime import runs
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("smoke: --device cuda but torch sees no CUDA device")
+    threads_before = torch.get_num_threads()
+    blas = contextlib.nullcontext()
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+        with contextlib.suppress(ImportError):           # NumPy's BLAS threads too
+            from threadpoolctl import threadpool_limits
+            blas = threadpool_limits(args.threads)
+    outcomes: list[dict] = []
+    progress = os.environ.get("DDCL_PROGRESS", "0")          # one line per experiment, no bars
+    try:
+        with blas, tempfile.TemporaryDirectory(prefix="ddcl-smoke-") as scratch, \
+                _env(**{profile.PROFILE_ENV: "paper", profile.SMOKE_ENV: "1",
+                        "DDCL_PROGRESS": progress, RESULTS_ENV: scratch}), _device(args.device):
+            print(f"smoke: {len(todo)} experiment(s), {profile.describe()}, "
+                  f"{torch.get_num_threads()} thread(s); checkpoints in a scratch folder",
+                  flush=True)
+            total = time.perf_counter()
+            for e in todo:
+                start = time.perf_counter()
+                try:
+                    seconds = run_entry(e)
+                except Exception:                            # noqa: BLE001 -- reported by name
+                    seconds = time.perf_counter() - start
+                    print(f"FAILED {e.name} after {seconds:.1f} s:", flush=True)
+                    traceback.print_exc(file=sys.stdout)
+                    sys.stdout.flush()
+                    outcomes.append({"name": e.name, "seconds": round(seconds, 2), "ok": False})
+                    if args.exitfirst:
+                        break
+                    continue
+                print(f"  {e.name:<40} {seconds:7.1f} s  ok", flush=True)
+                outcomes.append({"name": e.name, "seconds": round(seconds, 2), "ok": True})
+            elapsed = time.perf_counter() - total
+            record = {"experiments": outcomes, "total_seconds": round(elapsed, 2),
+                      "threads": torch.get_num_threads(), "provenance": runs.provenance("smoke")}
+    finally:
+        torch.set_num_threads(threads_before)
+    if args.report:
+        runs.write_json(args.report, record)
+    failed = [o["name"] for o in outcomes if not o["ok"]]
+    if failed:
+        print(f"smoke: FAILED {len(failed)} of {len(todo)}: {', '.join(failed)} "
+              f"({elapsed:.0f} s)", flush=True)
+        return 1
+    print(f"smoke: all {len(outcomes)} ok in {elapsed:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""The one training loop every experiment uses: the run contract in one place.
+
+:func:`fit` runs ``epochs`` rounds of optimiser steps over the batches a caller draws, with
+
+* a progress bar (:mod:`ddcl_theory.runtime.progress`: on in the paper profile);
+* bf16 autocast on CUDA in the paper profile (:func:`runs.autocast`; a no-op on CPU) and the
+  optional ``torch.compile`` of the forward (:func:`runs.maybe_compile`, ``DDCL_COMPILE=1``);
+* checkpoints in the experiment's run directory (:class:`runs.RunDir`): modules, optimisers,
+  schedulers, every random generator, the loop position and the history, saved every
+  ``checkpoint_every`` rounds, so a killed run resumes at its last save and, on CPU, ends with
+  the numbers an uninterrupted run gives, bit for bit.
+
+A "round" is an epoch for epoch-based loops, or a block of steps for step-based ones (a
+``batches`` that yields one batch per round makes rounds steps). Seeding is the caller's: seed
+(:func:`ddcl_theory.runtime.profile.seed_everything`) before building the model, so that the
+initialisation is seeded too, and pass the generators ``batches`` draws from, so that a resumed
+run draws what the uninterrupted run would have drawn.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ddcl_theory.runtime import runs
+from ddcl_theory.runtime.progress import progress
+
+
+@dataclass
+class TrainLog:
+    """What :func:`fit` returns.
+
+    Attributes:
+        losses: the loss of every optimiser step, per round: ``losses[r][i]``.
+        metrics: what ``end_of_round`` returned after each round (``{}`` when it returned None).
+        resumed_at: the round the loop resumed at (0 for a fresh run).
+    """
+
+    losses: list[list[float]] = field(default_factory=list)
+    metrics: list[dict] = field(default_factory=list)
+    resumed_at: int = 0
+
+    @property
+    def last_round_losses(self) -> list[float]:
+        return self.losses[-1] if self.losses else []
+
+    @property
+    def step_losses(self) -> list[float]:
+        return [x for round_losses in self.losses for x in round_losses]
+
+
+def fit(model: torch.nn.Module, optimizers: torch.optim.Optimizer | Sequence[torch.optim.Optimizer],
+        *, rounds: int, batches: Callable[[int], Iterable[Any]],
+        loss: Callable[[Callable, Any], torch.Tensor], device: str | torch.device,
+        run: runs.RunDir | None = None, name: str = "state",
+        schedulers: Sequence[Any] = (), generators: Mapping[str, torch.Generator] | None = None,
+        modules: Mapping[str, torch.nn.Module] | None = None,
+        clip_grad_norm: float | None = None,
+        after_step: Callable[[], None] | None = None,
+        end_of_round: Callable[[int], dict | None] | None = None,
+        checkpoint_every: int = 1, desc: str = "training", compile: bool = True,
+        train_mode: bool = True) -> TrainLog:
+    """Train ``model``; return the per-step losses and per-round metrics.
+
+    Args:
+        model: the module trained (its forward, possibly compiled, is handed to ``loss``).
+        optimizers: one optimiser or several (all step after each backward pass, in order).
+        rounds: number of rounds (epochs, or blocks of steps).
+        batches: ``round -> iterable of batches``; draw from the generators in ``generators``.
+        loss: ``(forward, batch) -> scalar loss``, evaluated under autocast.
+        device: where the model lives (autocast applies on CUDA only).
+        run: the experiment's run directory; None or disabled (cpu profile): no checkpoints.
+        name: the key of this loop's state in ``run`` (one per (setting, seed) unit).
+        schedulers: stepped once after each optimiser step, in order.
+        generators: the generators ``batches`` draws from, saved and restored with the state.
+        modules: further modules whose state must be checkpointed (e.g. an EMA teacher).
+        clip_grad_norm: clip the gradient norm of ``model`` before each step when given.
+        after_step: called after each optimiser step (e.g. a temperature schedule's tick).
+        end_of_round: ``round -> dict | None`` after each round (validation, usage, ...).
+        checkpoint_every: rounds between saves (the last round is never saved: its result is).
+        desc: the progress bar's label.
+        compile: compile the forward when ``DDCL_COMPILE=1`` (set False for models that must
+            run eagerly).
+        train_mode: put ``model`` in training mode first (and evaluation mode at the end).
+    """
+    opts = [optimizers] if isinstance(optimizers, torch.optim.Optimizer) else list(optimizers)
+    if not opts:
+        raise ValueError("optimizers: expected at least one optimiser")
+    if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 0:
+        raise ValueError(f"rounds: expected an int >= 0, got {rounds!r}")
+    if not isinstance(checkpoint_every, int) or checkpoint_every < 1:
+        raise ValueError(f"checkpoint_every: expected an int >= 1, got {checkpoint_every!r}")
+    state = dict(modules={"model": model, **dict(modules or {})},
+                 optimizers={f"opt{i}": o for i, o in enumerate(opts)},
+                 schedulers={f"sched{i}": s for i, s in enumerate(schedulers)},
+                 generators=dict(generators or {}))
+    log = TrainLog()
+    if run is not None and (saved := run.load_state(name, **state)) is not None:
+        log.resumed_at = int(saved[0])
+        log.losses, log.metrics = [list(x) for x in saved[1]["losses"]], list(saved[1]["metrics"])
+    forward = runs.maybe_compile(model) if compile else model
+    if train_mode:
+        model.train()
+    for r in progress(range(log.resumed_at, rounds), desc=desc, total=rounds - log.resumed_at):
+        round_losses: list[float] = []
+        for batch in batches(r):
+            with runs.autocast(device):                  # bf16 on CUDA (paper), no-op on CPU
+                value = loss(forward, batch)
+            for opt in opts:
+                opt.zero_grad(set_to_none=True)
+            value.backward()
+            if clip_grad_norm is not None:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), clip_grad_norm)
+            for opt in opts:
+                opt.step()
+            for sched in schedulers:
+                sched.step()
+            if after_step is not None:
+                after_step()
+            round_losses.append(value.item())
+        log.losses.append(round_losses)
+        log.metrics.append((end_of_round(r) if end_of_round is not None else None) or {})
+        if run is not None and (r + 1) % checkpoint_every == 0 and r + 1 < rounds:
+            run.save_state(name, position=r + 1,
+                           extra={"losses": log.losses, "metrics": log.metrics}, **state)
+    if run is not None:
+        run.clear_state(name)
+    if train_mode:
+        model.eval()
+    return log

@@ -1,1 +1,0 @@
-"""Synthetic data sets with a documented generative model (deterministic by seed)."""

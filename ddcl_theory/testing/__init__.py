@@ -1,1 +1,0 @@
-"""Test infrastructure shipped with the package (pytest plugins used by ``make test``)."""
