@@ -15,3 +15,36 @@ def below(value: float, bound: float, spec: str = ".3g") -> str:
     if math.isnan(value):
         raise ValueError("value: got NaN")
     return f"< {bound:.0e}" if abs(value) < bound else format(value, spec)
+
+
+def _cell(value) -> str:
+    text = value if isinstance(value, str) else format(value, ".3g") if isinstance(value, float) \
+        else str(value)
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_table(header: list[str], rows: list[list]) -> str:
+    """A Markdown (pipe) table: the way a chapter shows a wide result, as a real table that wraps
+    to the page column instead of fixed-width text that runs past it. Floats are printed with
+    ``.3g``; format them yourself (e.g. with :func:`below`) for anything else."""
+    if not header:
+        raise ValueError("header: expected at least one column")
+    for i, row in enumerate(rows):
+        if len(row) != len(header):
+            raise ValueError(f"rows[{i}]: expected {len(header)} cells, got {len(row)}")
+    lines = ["| " + " | ".join(_cell(h) for h in header) + " |",
+             "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def show_table(header: list[str], rows: list[list]):
+    """Display :func:`markdown_table` in a notebook (an IPython ``Markdown`` object, rendered as
+    an HTML table in the book); returns the Markdown text outside IPython."""
+    text = markdown_table(header, rows)
+    try:
+        from IPython.display import Markdown, display
+    except ImportError:                     # the library without the book's extras
+        return text
+    display(Markdown(text))
+    return None
