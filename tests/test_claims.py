@@ -13,19 +13,14 @@ from hypothesis import strategies as st
 from ddcl_theory.ledger import claims
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_CLAIMS = ROOT.parent / "shared" / "docs" / "claims.md"
+# The claim ids of the brief (docs/claims.md of the project's shared folder), copied here so
+# that no test reads a file outside the repository.
 EXPECTED_IDS = [f"D{i}" for i in range(1, 18)] + [f"L{i}" for i in range(1, 12)] + ["X1", "X2"]
 
 
 def test_registry_has_every_claim_id_once():
     ids = [c.id for c in claims.CLAIMS]
     assert ids == EXPECTED_IDS
-
-
-@pytest.mark.skipif(not SHARED_CLAIMS.is_file(), reason="../shared/docs/claims.md not beside the checkout")
-def test_registry_matches_shared_claims_list():
-    listed = re.findall(r"^\| ([DLX]\d+) \|", SHARED_CLAIMS.read_text(encoding="utf-8"), flags=re.M)
-    assert sorted(listed) == sorted(EXPECTED_IDS)
 
 
 def test_settle_rejects_unknown_verdict_and_claim(tmp_path):
