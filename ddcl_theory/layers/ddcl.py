@@ -45,6 +45,7 @@ from torch import Tensor, nn
 
 from ddcl_theory import functional as F
 from ddcl_theory.metrics import prototypes as protos
+from ddcl_theory.runtime.validate import check_positive_int, check_tokens, valid_tokens
 
 Schedule = Callable[[int], float]
 
@@ -356,15 +357,15 @@ class DDCLAttention(nn.Module):
                  residual: bool = True, norm: bool = True, bias: bool = True,
                  projections: bool = True, prototype_std: float = 0.5) -> None:
         super().__init__()
-        _check_positive_int(dim, "dim")
-        _check_positive_int(num_prototypes, "num_prototypes")
-        _check_positive_int(heads, "heads")
+        check_positive_int(dim, "dim")
+        check_positive_int(num_prototypes, "num_prototypes")
+        check_positive_int(heads, "heads")
         if head_dim is None:
             if dim % heads:
                 raise ValueError(f"dim: expected a multiple of heads={heads} (or pass head_dim), "
                                  f"got {dim}")
             head_dim = dim // heads
-        _check_positive_int(head_dim, "head_dim")
+        check_positive_int(head_dim, "head_dim")
         if not (isinstance(prototype_std, (int, float)) and prototype_std > 0):
             raise ValueError(f"prototype_std: expected a float > 0, got {prototype_std!r}")
         self.dim, self.num_prototypes = dim, num_prototypes
@@ -478,37 +479,13 @@ class DDCLAttention(nn.Module):
         self.sync_temperature_from_buffers()
 
     # ----------------------------------------------------------------------------- forward
-    def _check_input(self, x: Tensor, mask: Tensor | None) -> Tensor | None:
-        """Check shapes and dtypes (Python values only); return the mask on x's device or None."""
-        if not isinstance(x, Tensor) or x.dim() != 3:
-            raise ValueError(f"x: expected shape (B, T, dim={self.dim}), got "
-                             f"{tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__}")
-        if x.shape[-1] != self.dim:
-            raise ValueError(f"x: expected feature size dim={self.dim}, got {x.shape[-1]}")
-        if not x.is_floating_point():
-            raise ValueError(f"x: expected a floating-point tensor, got {x.dtype}")
-        if mask is None:
-            return None
-        if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
-            raise ValueError(f"mask: expected a bool tensor (True = valid token), got "
-                             f"{mask.dtype if isinstance(mask, Tensor) else type(mask).__name__}")
-        if mask.shape != x.shape[:2]:
-            raise ValueError(f"mask: expected shape (B, T)={tuple(x.shape[:2])}, "
-                             f"got {tuple(mask.shape)}")
-        return mask.to(x.device)
-
-    def _valid(self, x: Tensor, mask: Tensor | None) -> Tensor:
-        """The (B, T) bool mask of valid tokens (all True without a mask)."""
-        valid = self._check_input(x, mask)
-        return torch.ones(x.shape[:2], dtype=torch.bool, device=x.device) if valid is None else valid
-
     def forward(self, x: Tensor, mask: Tensor | None = None) -> DDCLOutput:
         """x (B, T, dim), mask (B, T) bool with True = valid token -> :class:`DDCLOutput`.
 
         No host-device synchronisation and no data-dependent shape: masked tokens are computed
         like the others and weighted by 0.
         """
-        valid = self._check_input(x, mask)
+        valid = check_tokens(x, mask, self.dim)
         tau = self.current_temperature()
         if self.log_temperature is None:      # a copy: the buffer may change before backward
             tau = tau.clone()
@@ -574,7 +551,7 @@ class DDCLAttention(nn.Module):
         Needs at least ``num_prototypes`` valid tokens; pass a seeded ``generator`` to make the
         choice reproducible.
         """
-        valid = self._valid(x, mask)
+        valid = valid_tokens(x, mask, self.dim)
         z = self.in_proj(x[valid])                                            # (N, H*hd)
         if z.shape[0] < self.num_prototypes:
             raise ValueError(f"x: init_prototypes_from needs at least num_prototypes="
@@ -587,7 +564,7 @@ class DDCLAttention(nn.Module):
     @torch.no_grad()
     def diagnostics(self, x: Tensor, mask: Tensor | None = None) -> DDCLDiagnostics:
         """Usage, perplexity and separation per head, and the losses, on a batch (no gradient)."""
-        valid = self._valid(x, mask)
+        valid = valid_tokens(x, mask, self.dim)
         out = self(x, valid)
         used, ppl = [], []
         for head in range(self.heads):
@@ -611,7 +588,3 @@ class DDCLAttention(nn.Module):
                 f"head_dim={self.head_dim}, temperature={tau}, residual={self.residual}, "
                 f"norm={self.use_norm}, projections={self.projections}")
 
-
-def _check_positive_int(value: int, name: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name}: expected an int >= 1, got {value!r}")

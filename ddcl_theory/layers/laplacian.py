@@ -37,13 +37,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ddcl_theory.runtime.validate import check_positive_int
+
 __all__ = ["LaplacianAttention"]
-
-
-def _check_positive_int(value: object, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name}: expected a positive int, got {value!r}")
-    return value
 
 
 class LaplacianAttention(nn.Module):
@@ -71,8 +67,8 @@ class LaplacianAttention(nn.Module):
     def __init__(self, dim: int, heads: int, *, laplacian_heads: int = 0, causal: bool = False,
                  dropout: float = 0.0, bias: bool = True, explicit: bool = False) -> None:
         super().__init__()
-        dim = _check_positive_int(dim, "dim")
-        heads = _check_positive_int(heads, "heads")
+        dim = check_positive_int(dim, "dim")
+        heads = check_positive_int(heads, "heads")
         if dim % heads != 0:
             raise ValueError(f"dim: {dim} is not divisible by heads={heads}")
         if (isinstance(laplacian_heads, bool) or not isinstance(laplacian_heads, int)

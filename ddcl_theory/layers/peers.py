@@ -51,6 +51,7 @@ import torch.nn.functional as nnf
 from torch import Tensor, nn
 
 from ddcl_theory.layers.ddcl import DDCLAttention
+from ddcl_theory.runtime.validate import check_positive_int
 
 __all__ = ["ReadoutOutput", "SlotAttentionReadout", "PerceiverReadout", "DDCLReadoutAdapter",
            "SLOT_INITS", "PERCEIVER_SOFTMAX", "check_tokens", "gru_step"]
@@ -83,12 +84,6 @@ class ReadoutOutput:
 
 
 # ------------------------------------------------------------------------------------ helpers
-def _check_positive_int(value: object, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
-    return value
-
-
 def _check_positive_float(value: object, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
             or value <= 0:
@@ -217,15 +212,15 @@ class SlotAttentionReadout(nn.Module):
                  temperature: float = 1.0, init: str = "gaussian", init_std: float = 1.0,
                  mlp_hidden: int | None = None, eps: float = 1e-8) -> None:
         super().__init__()
-        self.dim = _check_positive_int(dim, "dim")
-        self.num_slots = _check_positive_int(num_slots, "num_slots")
-        self.iterations = _check_positive_int(iterations, "iterations")
+        self.dim = check_positive_int(dim, "dim")
+        self.num_slots = check_positive_int(num_slots, "num_slots")
+        self.iterations = check_positive_int(iterations, "iterations")
         self.temperature = _check_positive_float(temperature, "temperature")
         if init not in SLOT_INITS:
             raise ValueError(f"init: expected one of {SLOT_INITS}, got {init!r}")
         self.init = init
         init_std = _check_positive_float(init_std, "init_std")
-        hidden = _check_positive_int(2 * dim if mlp_hidden is None else mlp_hidden, "mlp_hidden")
+        hidden = check_positive_int(2 * dim if mlp_hidden is None else mlp_hidden, "mlp_hidden")
         self.eps = _check_positive_float(eps, "eps")
         if init == "gaussian":
             self.slot_mu = nn.Parameter(torch.randn(1, dim) * dim ** -0.5)
@@ -310,15 +305,15 @@ class PerceiverReadout(nn.Module):
                  softmax_over: str = "tokens", latent_std: float = 1.0,
                  mlp_hidden: int | None = None, eps: float = 1e-8) -> None:
         super().__init__()
-        self.dim = _check_positive_int(dim, "dim")
-        self.num_latents = _check_positive_int(num_latents, "num_latents")
+        self.dim = check_positive_int(dim, "dim")
+        self.num_latents = check_positive_int(num_latents, "num_latents")
         self.temperature = _check_positive_float(temperature, "temperature")
         if softmax_over not in PERCEIVER_SOFTMAX:
             raise ValueError(f"softmax_over: expected one of {PERCEIVER_SOFTMAX}, "
                              f"got {softmax_over!r}")
         self.softmax_over = softmax_over
         latent_std = _check_positive_float(latent_std, "latent_std")
-        hidden = _check_positive_int(2 * dim if mlp_hidden is None else mlp_hidden, "mlp_hidden")
+        hidden = check_positive_int(2 * dim if mlp_hidden is None else mlp_hidden, "mlp_hidden")
         self.eps = _check_positive_float(eps, "eps")
         self.latents = nn.Parameter(torch.randn(num_latents, dim) * latent_std)
         self.norm_tokens = nn.LayerNorm(dim)

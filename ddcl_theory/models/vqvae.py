@@ -17,13 +17,9 @@ from dataclasses import dataclass
 from torch import Tensor, nn
 
 from ddcl_theory.layers.quantizers import Quantizer, QuantizerOutput
+from ddcl_theory.runtime.validate import check_positive_int
 
 __all__ = ["ConvEncoder", "ConvDecoder", "VQVAE", "VQVAEOutput"]
-
-
-def _check_positive_int(value: int, name: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
 
 
 class ConvEncoder(nn.Module):
@@ -33,7 +29,7 @@ class ConvEncoder(nn.Module):
         super().__init__()
         for name, v in (("in_channels", in_channels), ("hidden", hidden),
                         ("latent_dim", latent_dim)):
-            _check_positive_int(v, name)
+            check_positive_int(v, name)
         self.net = nn.Sequential(
             nn.Conv2d(in_channels, hidden, 4, stride=2, padding=1), nn.ReLU(),
             nn.Conv2d(hidden, hidden, 4, stride=2, padding=1), nn.ReLU(),
@@ -51,7 +47,7 @@ class ConvDecoder(nn.Module):
         super().__init__()
         for name, v in (("latent_dim", latent_dim), ("hidden", hidden),
                         ("out_channels", out_channels)):
-            _check_positive_int(v, name)
+            check_positive_int(v, name)
         self.net = nn.Sequential(
             nn.Conv2d(latent_dim, hidden, 3, padding=1), nn.ReLU(),
             nn.ConvTranspose2d(hidden, hidden, 4, stride=2, padding=1), nn.ReLU(),
