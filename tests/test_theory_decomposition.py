@@ -25,7 +25,7 @@ def test_sympy_proof_general_k():
 def test_sympy_proof_general_k_uses_exactly_sum_q_equals_one():
     # Negative control: without sum_k q_k = 1 the residual is (s0 - 1)(z^2 - mu^2), not 0.
     result = D.prove_decomposition_general_k()
-    general = result.without_hypothesis
+    general = result.details["without_hypothesis"]
     assert general != 0
     s0 = D._s0
     mu = D._sum(D._q[D._k] * D._p[D._k])

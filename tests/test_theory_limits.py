@@ -13,7 +13,7 @@ from ddcl_theory.theory import limits as L
 def test_zero_temperature_limit_is_argmin_symbolic_k2():
     r = L.zero_temperature_limit_k2()
     assert r.holds is True
-    assert r.computed["V"] == 0
+    assert r.details["V"] == 0
 
 
 def test_zero_temperature_limit_is_argmin_symbolic_k3():

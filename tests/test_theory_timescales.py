@@ -1,9 +1,11 @@
-"""Two time scales (D8): singular-perturbation eigenvalues, Schur complement, Sylvester inertia."""
+"""Two time scales (D8): singular-perturbation eigenvalues, Schur complement, Sylvester inertia.
+
+The SymPy checks are in test_theory_timescales_symbolic.py, the coupled model in
+test_theory_coupled_model.py."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -33,26 +35,6 @@ def _random_symmetric(seed: int, size: int) -> np.ndarray:
     q, _ = np.linalg.qr(rng.normal(size=(size, size)))
     lam = rng.uniform(0.5, 2.0, size) * rng.choice([-1.0, 1.0], size)
     return q @ np.diag(lam) @ q.T
-
-
-# ---------------------------------------------------------------------------- symbolic (SymPy)
-
-def test_slow_eigenvalue_series_first_order_is_schur_and_error_is_eps_squared_symbolic():
-    r = ts.slow_eigenvalue_series_2x2()
-    assert r.holds is True
-
-
-def test_reduced_characteristic_polynomial_is_schur_complement_3x3_symbolic():
-    assert ts.reduced_characteristic_polynomial_3x3().holds is True
-
-
-def test_shared_potential_2x2_real_spectrum_and_eps_free_determinant_sign_symbolic():
-    assert ts.shared_potential_inertia_2x2().holds is True
-
-
-def test_split_objective_2x2_critical_eps_is_minus_a_over_e_symbolic():
-    r = ts.split_objective_hopf_2x2()
-    assert r.holds is True
 
 
 # ---------------------------------------------------------------------------- Schur complement
@@ -178,68 +160,3 @@ def test_match_eigenvalues_recovers_permutation(seed):
     perm = rng.permutation(6)
     a, b = ts.match_eigenvalues(x, x[perm])
     np.testing.assert_array_equal(a, b)
-
-
-# ---------------------------------------------------------------------------- the coupled model
-
-def _tiny_model(**kw) -> ts.CoupledModel:
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(4, 5, 3, generator=gen, dtype=torch.float64)
-    y = torch.tensor([0.0, 1.0, 0.0, 1.0], dtype=torch.float64)
-    return ts.CoupledModel(x, y, **{"k": 2, "d": 2, "hidden": 3, "tau": 0.5, **kw})
-
-
-def test_coupled_model_parameter_count_and_unflatten():
-    model = _tiny_model()
-    assert model.m == 4 and model.n == 3 * 3 + 3 + 2 * 3 + 2 + 2 + 1
-    w = model.init(torch.Generator().manual_seed(1))
-    parts = model.unflatten(w)
-    assert parts["P"].shape == (2, 2) and parts["W1"].shape == (3, 3) and parts["c"].shape == ()
-    with pytest.raises(ValueError, match="w:"):
-        model.unflatten(w[:-1])
-
-
-def test_coupled_model_potential_gradcheck_float64():
-    model = _tiny_model()
-    w = model.init(torch.Generator().manual_seed(1)).requires_grad_(True)
-    assert torch.autograd.gradcheck(model.potential, (w,))
-
-
-def test_shared_field_is_gradient_and_game_hessian_symmetric():
-    model = _tiny_model()
-    w = model.init(torch.Generator().manual_seed(1))
-    g = torch.func.grad(model.potential)(w)
-    torch.testing.assert_close(model.field(w, "shared"), g)
-    shared = model.game_hessian(w, "shared").full()
-    np.testing.assert_allclose(shared, shared.T, atol=1e-10)
-    split = model.game_hessian(w, "split").full()
-    assert np.max(np.abs(split - split.T)) > 1e-6        # two objectives: not a Hessian
-    np.testing.assert_allclose(split[model.m:], shared[model.m:], atol=1e-12)  # same encoder rows
-
-
-def test_split_field_prototype_rows_are_grad_of_lam_lq():
-    model = _tiny_model(lam=0.7)
-    w = model.init(torch.Generator().manual_seed(2))
-    lq_grad = torch.func.grad(lambda v: model.lam * model.terms(v)[1])(w)
-    torch.testing.assert_close(model.field(w, "split")[: model.m], lq_grad[: model.m])
-    with pytest.raises(ValueError, match="objective"):
-        model.field(w, "other")
-
-
-@pytest.mark.parametrize("objective", ["shared", "split"])
-def test_find_equilibrium_reaches_zero_field(objective):
-    model = _tiny_model(wd=0.1)
-    w0 = model.init(torch.Generator().manual_seed(0))
-    eq = ts.find_equilibrium(model, w0, objective, eps=0.5, step=0.3, flow_steps=300)
-    assert eq.residual < 1e-9
-    assert float(model.field(eq.w, objective).norm()) < 1e-9
-
-
-def test_coupled_model_validates_arguments():
-    x = torch.zeros(2, 3, 4, dtype=torch.float64)
-    with pytest.raises(ValueError, match="y:"):
-        ts.CoupledModel(x, torch.zeros(3))
-    with pytest.raises(ValueError, match="x:"):
-        ts.CoupledModel(torch.zeros(2, 4), torch.zeros(2))
-    with pytest.raises(ValueError, match="tau"):
-        ts.CoupledModel(x, torch.zeros(2), tau=0.0)

@@ -1,6 +1,6 @@
 """The learning-rate-ratio ablation (claim D9) and the linear analysis on real tokens (D8).
 
-:func:`linear_analysis` builds :class:`~ddcl_theory.theory.timescales.CoupledModel` on PCA-reduced
+:func:`linear_analysis` builds :class:`~ddcl_theory.theory.coupled_model.CoupledModel` on PCA-reduced
 CIFAR-10 patch tokens, finds its equilibria in float64 and computes the spectra of J(eps).
 
 Joint training of a per-token MLP encoder, a one-head DDCL layer and a linear classifier on the
@@ -31,6 +31,7 @@ from ddcl_theory.metrics import prototypes as protos
 from ddcl_theory.models.mlp import TokenMLP
 from ddcl_theory.runtime import profile, runs
 from ddcl_theory.runtime.progress import progress
+from ddcl_theory.theory import coupled_model as cm
 from ddcl_theory.theory import timescales as ts
 
 COLLAPSE_SEPARATION_RATIO = 0.05
@@ -330,7 +331,7 @@ def run(settings: AblationSettings | None = None) -> AblationResult:
 
 @dataclass(frozen=True)
 class LinearSettings:
-    """The small coupled model of :mod:`ddcl_theory.theory.timescales` on real tokens."""
+    """The small coupled model of :mod:`ddcl_theory.theory.coupled_model` on real tokens."""
 
     classes: tuple[int, int] = (0, 6)
     n_per_class: int = 8
@@ -356,7 +357,7 @@ class EquilibriumReport:
 
     name: str
     objective: str
-    equilibrium: ts.Equilibrium
+    equilibrium: cm.Equilibrium
     blocks: ts.Blocks
     separation: float
     ce: float
@@ -368,11 +369,11 @@ class LinearResult:
     """Equilibria (``shared`` minimum, ``merged`` saddle, ``split`` two-objective) of the model."""
 
     settings: LinearSettings
-    model: ts.CoupledModel
+    model: cm.CoupledModel
     reports: dict[str, EquilibriumReport]
 
 
-def _report(model: ts.CoupledModel, name: str, objective: str, eq: ts.Equilibrium) -> EquilibriumReport:
+def _report(model: cm.CoupledModel, name: str, objective: str, eq: cm.Equilibrium) -> EquilibriumReport:
     ce, l_q, _ = model.terms(eq.w)
     sep = float(protos.separation(model.unflatten(eq.w)["P"], "min"))
     return EquilibriumReport(name, objective, eq, model.game_hessian(eq.w, objective), sep,
@@ -389,12 +390,12 @@ def linear_analysis(s: LinearSettings | None = None) -> LinearResult:
     """
     s = s or LinearSettings()
     tok = cifar_tokens(s.n_per_class, 1, patch=s.patch, classes=s.classes, pca_dim=s.pca_dim)
-    model = ts.CoupledModel(torch.from_numpy(tok.x_train).double(),
+    model = cm.CoupledModel(torch.from_numpy(tok.x_train).double(),
                             torch.from_numpy(tok.y_train).double(), k=s.k, d=s.d,
                             hidden=s.hidden, tau=s.tau, lam=s.lam, wd=s.wd)
     gen = profile.seed_everything(s.seed)
     w0 = model.init(gen)
-    shared = ts.find_equilibrium(model, w0, "shared", eps=1.0, step=s.step,
+    shared = cm.find_equilibrium(model, w0, "shared", eps=1.0, step=s.step,
                                  flow_steps=s.flow_steps)
     reports = {"shared": _report(model, "shared", "shared", shared)}
     w = shared.w.clone()
@@ -402,9 +403,9 @@ def linear_analysis(s: LinearSettings | None = None) -> LinearResult:
     dist = torch.cdist(p, p) + torch.eye(s.k, dtype=p.dtype) * 1e9
     i, j = divmod(int(dist.argmin()), s.k)
     p[i] = p[j] = 0.5 * (p[i] + p[j])          # views into w: merge the closest pair
-    merged = ts.find_equilibrium(model, w, "shared", eps=1.0, step=s.step,
+    merged = cm.find_equilibrium(model, w, "shared", eps=1.0, step=s.step,
                                  flow_steps=s.flow_steps // 3)
     reports["merged"] = _report(model, "merged", "shared", merged)
-    split = ts.find_equilibrium(model, shared.w, "split", flow_steps=0, newton_steps=40)
+    split = cm.find_equilibrium(model, shared.w, "split", flow_steps=0, newton_steps=40)
     reports["split"] = _report(model, "split", "split", split)
     return LinearResult(s, model, reports)

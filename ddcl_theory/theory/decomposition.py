@@ -6,9 +6,9 @@ weights q_n on the simplex, soft centroid mu_n = sum_k q_nk p_k, and per token
     l_q = sum_k q_k ||z - p_k||^2,   l_ols = ||z - mu||^2,   v = sum_k q_k ||p_k - mu||^2.
 
 The symbolic half works with SymPy: for a *symbolic* number of prototypes K (``Sum`` over an
-``Indexed`` family) and for small explicit K and d. Every function returns a :class:`ProofResult`
-whose ``holds`` is computed, never assumed. The numerical half works with torch tensors in
-float64 or float32.
+``Indexed`` family) and for small explicit K and d. Every function returns a
+:class:`~ddcl_theory.theory.symbolic.SymbolicCheck` whose ``holds`` is computed, never assumed.
+The numerical half works with torch tensors in float64 or float32.
 
 Gradient convention. The theory notes write P = [p_1 ... p_K] as a d x K matrix of columns, and
 there grad_P V = 2 P Sigma_q. The code stores the prototypes as K x d rows P_r = P^T; the same
@@ -27,28 +27,11 @@ import torch
 from torch import Tensor
 
 from ddcl_theory import functional as F
+from ddcl_theory.theory.symbolic import SymbolicCheck, identity
 
 # ---------------------------------------------------------------------------------------------
 # Symbolic part
 # ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ProofResult:
-    """Outcome of a symbolic check.
-
-    Attributes:
-        holds: True when ``residual`` simplifies to exactly 0 under the stated hypotheses.
-        residual: the simplified difference of the two sides, under the hypotheses.
-        without_hypothesis: the difference before the hypothesis (e.g. sum_k q_k = 1) is used;
-            shows which hypothesis the identity needs (``None`` when there is none).
-        statement: what was checked, in words.
-    """
-
-    holds: bool
-    residual: sp.Expr
-    without_hypothesis: sp.Expr | None
-    statement: str
 
 
 _k, _j, _l = sp.symbols("k j l", integer=True, positive=True)
@@ -104,33 +87,33 @@ def _use_simplex(expr: sp.Expr) -> tuple[sp.Expr, sp.Expr]:
     return general, sp.simplify(general.subs(_s0, 1))
 
 
-def prove_decomposition_general_k() -> ProofResult:
+def prove_decomposition_general_k() -> SymbolicCheck:
     """L_q = L_OLS + V for one coordinate, a symbolic K and arbitrary weights with sum_k q_k = 1.
 
     The weights are free symbols q[k] (not the Boltzmann form and not required to be >= 0), so
     the identity holds for any q on the simplex and any token z, hence for any encoder. Squared
     norms and the losses are sums over coordinates and tokens of this one-coordinate identity.
-    ``without_hypothesis`` is (s_0 - 1)(z - mu)(z + mu): the only fact used is s_0 = 1.
+    ``details['without_hypothesis']`` is (s_0 - 1)(z - mu)(z + mu): the only fact used is s_0 = 1.
     """
     mu = _sum(_q[_j] * _p[_j], _j)
     l_q = _sum(_q[_k] * (_z - _p[_k]) ** 2)
     l_ols = (_z - mu) ** 2
     v = _sum(_q[_k] * (_p[_k] - mu) ** 2)
     general, residual = _use_simplex(_linearise(l_q - l_ols - v))
-    return ProofResult(residual == 0, residual, general,
-                       "sum_k q_k (z-p_k)^2 - (z-mu)^2 - sum_k q_k (p_k-mu)^2 = 0, symbolic K")
+    return identity("sum_k q_k (z-p_k)^2 - (z-mu)^2 - sum_k q_k (p_k-mu)^2 = 0, symbolic K",
+                    residual, without_hypothesis=general)
 
 
-def prove_cross_term_vanishes() -> ProofResult:
+def prove_cross_term_vanishes() -> SymbolicCheck:
     """The cross term 2 (z - mu) sum_k q_k (mu - p_k) of the expansion around mu is 0 (symbolic K)."""
     mu = _sum(_q[_j] * _p[_j], _j)
     cross = 2 * (_z - mu) * _sum(_q[_k] * (mu - _p[_k]))
     general, residual = _use_simplex(_linearise(cross))
-    return ProofResult(residual == 0, residual, general,
-                       "2 (z - mu) sum_k q_k (mu - p_k) = 0, symbolic K")
+    return identity("2 (z - mu) sum_k q_k (mu - p_k) = 0, symbolic K", residual,
+                    without_hypothesis=general)
 
 
-def prove_v_pairwise_form_general_k() -> ProofResult:
+def prove_v_pairwise_form_general_k() -> SymbolicCheck:
     """V = 1/2 sum_{k,l} q_k q_l (p_k - p_l)^2 = sum_k q_k p_k^2 - mu^2 (one coordinate, symbolic K).
 
     The pairwise form makes D4 and its equality case visible: a sum of non-negative terms that
@@ -143,16 +126,16 @@ def prove_v_pairwise_form_general_k() -> ProofResult:
     second_moment = _sum(_q[_k] * _p[_k] ** 2) - mu ** 2
     general_a, res_a = _use_simplex(_linearise(v - pairwise))
     general_b, res_b = _use_simplex(_linearise(v - second_moment))
-    return ProofResult(res_a == 0 and res_b == 0, sp.Tuple(res_a, res_b),
-                       sp.Tuple(general_a, general_b),
-                       "V = 1/2 sum_kl q_k q_l (p_k-p_l)^2 = sum_k q_k p_k^2 - mu^2, symbolic K")
+    return identity("V = 1/2 sum_kl q_k q_l (p_k-p_l)^2 = sum_k q_k p_k^2 - mu^2, symbolic K",
+                    sp.Tuple(res_a, res_b), without_hypothesis=sp.Tuple(general_a, general_b))
 
 
-def prove_sigma_q_annihilates_ones_general_k() -> ProofResult:
+def prove_sigma_q_annihilates_ones_general_k() -> SymbolicCheck:
     """(Sigma_q 1)_k = q_k - q_k sum_l q_l = 0 for one token and a symbolic K."""
     row = _q[_k] - _q[_k] * _sum(_q[_l], _l)   # (diag(q) 1 - q q^T 1)_k
     general, residual = _use_simplex(_linearise(row))
-    return ProofResult(residual == 0, residual, general, "(diag(q) - q q^T) 1 = 0, symbolic K")
+    return identity("(diag(q) - q q^T) 1 = 0, symbolic K", residual,
+                    without_hypothesis=general)
 
 
 def _simplex_weights(k: int, name: str = "q") -> list[sp.Expr]:
@@ -161,7 +144,7 @@ def _simplex_weights(k: int, name: str = "q") -> list[sp.Expr]:
     return free + [1 - sum(free, sp.Integer(0))]
 
 
-def check_decomposition_small(k: int, d: int, *, boltzmann: bool = False) -> ProofResult:
+def check_decomposition_small(k: int, d: int, *, boltzmann: bool = False) -> SymbolicCheck:
     """Full d-dimensional identity for explicit K and d, all coordinates symbolic.
 
     With ``boltzmann=False`` q is a generic point of the simplex (K-1 free symbols); with
@@ -194,11 +177,11 @@ def check_decomposition_small(k: int, d: int, *, boltzmann: bool = False) -> Pro
     else:
         residual = sp.expand(diff)
     kind = "Boltzmann" if boltzmann else "generic simplex"
-    return ProofResult(residual == 0, residual, None,
-                       f"L_q = L_OLS + V, K={k}, d={d}, {kind} q, all coordinates symbolic")
+    return identity(f"L_q = L_OLS + V, K={k}, d={d}, {kind} q, all coordinates symbolic",
+                    residual)
 
 
-def check_grad_v_small(k: int, d: int, n: int = 2) -> ProofResult:
+def check_grad_v_small(k: int, d: int, n: int = 2) -> SymbolicCheck:
     """d V / d P_r = 2 Sigma_q P_r for explicit K, d, N with q held fixed (symbolic entries).
 
     V = sum_n sum_k q_nk ||p_k - mu_n||^2 with P_r the K x d matrix of prototype rows and
@@ -219,8 +202,7 @@ def check_grad_v_small(k: int, d: int, n: int = 2) -> ProofResult:
         sigma += sp.diag(*q) - q * q.T
     grad = sp.Matrix(k, d, lambda a, b: sp.diff(v, pr[a, b]))
     residual = sp.expand(grad - 2 * sigma * pr)
-    return ProofResult(residual.is_zero_matrix is True, residual, None,
-                       f"grad_P V = 2 Sigma_q P (rows), K={k}, d={d}, N={n}, q fixed")
+    return identity(f"grad_P V = 2 Sigma_q P (rows), K={k}, d={d}, N={n}, q fixed", residual)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,29 +15,7 @@ import torch
 from torch import Tensor
 
 from ddcl_theory import functional as F
-
-
-@dataclass(frozen=True)
-class LimitResult:
-    """Symbolic limits compared with what the claim predicts.
-
-    Attributes:
-        holds: every computed limit equals its expected value (``sympy.simplify`` of the
-            difference is 0).
-        computed: name -> limit computed by ``sympy.limit`` (or ``series``).
-        expected: name -> the value the claim predicts.
-        statement: what was checked.
-    """
-
-    holds: bool
-    computed: dict[str, sp.Expr]
-    expected: dict[str, sp.Expr]
-    statement: str
-
-
-def _compare(computed: dict, expected: dict, statement: str) -> LimitResult:
-    ok = all(sp.simplify(computed[k] - expected[k]) == 0 for k in expected)
-    return LimitResult(bool(ok), computed, expected, statement)
+from ddcl_theory.theory.symbolic import SymbolicCheck, compare
 
 
 def _two_prototype_model():
@@ -62,44 +40,44 @@ def _two_prototype_model():
     return (tau, delta, s, a, p1, p2), quantities
 
 
-def zero_temperature_limit_k2() -> LimitResult:
+def zero_temperature_limit_k2() -> SymbolicCheck:
     """tau -> 0+: q_1 -> 1, mu -> p_1 (nearest prototype), V -> 0, L_q and L_OLS -> d_1 = min_k d_k."""
     (tau, delta, s, a, p1, p2), qty = _two_prototype_model()
     computed = {name: sp.limit(e, tau, 0, "+") for name, e in qty.items()}
     expected = {"q1": sp.Integer(1), "mu": p1, "V": sp.Integer(0), "L_q": a, "L_OLS": a}
-    return _compare(computed, expected, "K=2, tau -> 0+: hard nearest-prototype assignment")
+    return compare("K=2, tau -> 0+: hard nearest-prototype assignment", computed, expected)
 
 
-def infinite_temperature_limit_k2() -> LimitResult:
+def infinite_temperature_limit_k2() -> SymbolicCheck:
     """tau -> oo: q_1 -> 1/2, mu -> (p_1 + p_2)/2, V -> ||p_1 - p_2||^2 / 4, L_q -> mean distance."""
     (tau, delta, s, a, p1, p2), qty = _two_prototype_model()
     computed = {name: sp.limit(e, tau, sp.oo) for name, e in qty.items()}
     expected = {"q1": sp.Rational(1, 2), "mu": (p1 + p2) / 2, "V": s / 4,
                 "L_q": a + delta / 2, "L_OLS": a + delta / 2 - s / 4}
-    return _compare(computed, expected, "K=2, tau -> oo: uniform assignment")
+    return compare("K=2, tau -> oo: uniform assignment", computed, expected)
 
 
-def high_temperature_rate_k2() -> LimitResult:
+def high_temperature_rate_k2() -> SymbolicCheck:
     """q_1 = 1/2 + delta / (4 tau) + O(tau^-3): the uniform limit is approached at rate 1/tau."""
     (tau, delta, *_), qty = _two_prototype_model()
     x = sp.Symbol("x", positive=True)  # x = 1 / tau
     series = sp.series(qty["q1"].subs(tau, 1 / x), x, 0, 3).removeO()
     computed = {"q1 to O(1/tau^2)": sp.expand(series.subs(x, 1 / tau))}
     expected = {"q1 to O(1/tau^2)": sp.Rational(1, 2) + delta / (4 * tau)}
-    return _compare(computed, expected, "K=2: q_1 - 1/2 = delta/(4 tau) + O(tau^-3)")
+    return compare("K=2: q_1 - 1/2 = delta/(4 tau) + O(tau^-3)", computed, expected)
 
 
-def zero_temperature_limit_k3() -> LimitResult:
+def zero_temperature_limit_k3() -> SymbolicCheck:
     """K = 3 with gaps g_2, g_3 > 0 to the nearest prototype: q -> (1, 0, 0) as tau -> 0+."""
     tau, g2, g3 = sp.symbols("tau g2 g3", positive=True)
     w = [sp.Integer(1), sp.exp(-g2 / tau), sp.exp(-g3 / tau)]
     q = [wi / sum(w) for wi in w]
     computed = {f"q{i + 1}": sp.limit(qi, tau, 0, "+") for i, qi in enumerate(q)}
     expected = {"q1": sp.Integer(1), "q2": sp.Integer(0), "q3": sp.Integer(0)}
-    return _compare(computed, expected, "K=3, tau -> 0+: one-hot on the nearest prototype")
+    return compare("K=3, tau -> 0+: one-hot on the nearest prototype", computed, expected)
 
 
-def squeeze_bounds_general_k() -> LimitResult:
+def squeeze_bounds_general_k() -> SymbolicCheck:
     """Both limits for a symbolic K by squeezing q between bounds whose limits SymPy computes.
 
     Zero temperature: with g > 0 the smallest gap d_j - d_min over the non-nearest prototypes,
@@ -118,7 +96,7 @@ def squeeze_bounds_general_k() -> LimitResult:
     expected = {"upper bound on 1 - q_min, tau -> 0+": sp.Integer(0),
                 "lower bound on K q_k, tau -> oo": sp.Integer(1),
                 "upper bound on K q_k, tau -> oo": sp.Integer(1)}
-    return _compare(computed, expected, "symbolic K: squeeze bounds for both limits")
+    return compare("symbolic K: squeeze bounds for both limits", computed, expected)
 
 
 # ---------------------------------------------------------------------------------------------
