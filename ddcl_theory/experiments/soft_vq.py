@@ -40,14 +40,14 @@ from ddcl_theory.experiments.laplacian_vit import num_threads
 from ddcl_theory.layers.quantizers import make_quantizer
 from ddcl_theory.metrics.prototypes import perplexity
 from ddcl_theory.models.vqvae import VQVAE
-from ddcl_theory.runtime import profile
-from ddcl_theory.runtime.progress import progress
-from ddcl_theory.theory import collapse
+from ddcl_theory.runtime import profile, runs
+from ddcl_theory.runtime.training import fit
+from ddcl_theory.theory.collapse import critical_temperature
 
 __all__ = ["METHODS", "SoftVQSettings", "VQRun", "SoftVQResult", "prepare_images",
-           "critical_temperature", "train_one", "run", "encoder_gradients", "Verdict",
-           "verdict_d11", "FULL_USAGE", "RECONSTRUCTS", "temperature_table",
-           "usage_after_first_epoch", "EncoderGradients", "first_epoch_at"]
+           "train_one", "run", "encoder_gradients",
+           "FULL_USAGE", "RECONSTRUCTS", "temperature_table", "usage_after_first_epoch",
+           "EncoderGradients", "first_epoch_at", "unit_key"]
 
 METHODS = ("soft", "hard", "ema")
 FULL_USAGE = 0.95        # "100% of the codebook": at least 61 of 64 codes (one dead code allowed)
@@ -193,6 +193,15 @@ class SoftVQResult:
         arr = np.array([v[-1] if isinstance(v, list) else v for v in vals], dtype=np.float64)
         return float(arr.mean()), float(arr.std())
 
+    def usage(self, method: str, r: float | None = None) -> np.ndarray:
+        """(seeds, epochs) the per-epoch codebook usage of one method's runs."""
+        return np.array([x.usage for x in self.select(method, r)], dtype=np.float64)
+
+    def usage_later(self, method: str, r: float | None = None) -> tuple[float, float]:
+        """(mean, std) over seeds of the usage after the first epoch
+        (:func:`usage_after_first_epoch`)."""
+        return usage_after_first_epoch(self.select(method, r))
+
 
 def prepare_images(settings: SoftVQSettings) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
                                                         str]:
@@ -212,13 +221,9 @@ def prepare_images(settings: SoftVQSettings) -> tuple[torch.Tensor, torch.Tensor
     return x_tr - mean, x_te - mean, mean, d.source
 
 
-def critical_temperature(tokens: torch.Tensor) -> float:
-    """T_c = 2 lambda_max of the covariance of tokens (..., D): the critical temperature of
-    :func:`ddcl_theory.theory.collapse.critical_temperature` on the flattened tokens."""
-    z = tokens.detach().reshape(-1, tokens.shape[-1])
-    if z.shape[0] < 2:
-        raise ValueError(f"tokens: expected at least two tokens, got shape {tuple(tokens.shape)}")
-    return collapse.critical_temperature(z)
+def _flat(tokens: torch.Tensor) -> torch.Tensor:
+    """Tokens (B, T, D) -> (B T, D), the layout of the critical temperature's tokens."""
+    return tokens.reshape(-1, tokens.shape[-1])
 
 
 def _build(settings: SoftVQSettings, method: str, channels: int, seed: int) -> VQVAE:
@@ -252,9 +257,20 @@ def _evaluate(model: VQVAE, x: torch.Tensor, batch: int = 250) -> dict:
             "tokens": torch.cat(toks), "reconstruction": torch.cat(recons)}
 
 
+def unit_key(method: str, seed: int, relative_temperature: float | None = None) -> str:
+    """The run-directory key of one training run, e.g. ``"soft-r0.1-seed0"``."""
+    return f"{method}-r{relative_temperature:g}-seed{seed}" if method == "soft" \
+        else f"{method}-seed{seed}"
+
+
 def train_one(settings: SoftVQSettings, method: str, seed: int, tensors: tuple,
-              relative_temperature: float | None = None) -> VQRun:
-    """Train one VQ-VAE and measure it (deterministic given the seed on a fixed CPU)."""
+              relative_temperature: float | None = None,
+              run_dir: runs.RunDir | None = None) -> VQRun:
+    """Train one VQ-VAE and measure it (deterministic given the seed on a fixed CPU).
+
+    The epochs run through :func:`ddcl_theory.runtime.training.fit`; with an enabled
+    ``run_dir`` a killed run resumes at its last finished epoch.
+    """
     if method not in METHODS:
         raise ValueError(f"method: expected one of {METHODS}, got {method!r}")
     x_tr, x_te, mean = tensors
@@ -262,72 +278,89 @@ def train_one(settings: SoftVQSettings, method: str, seed: int, tensors: tuple,
     x_tr, x_te = x_tr.to(device), x_te.to(device)
     model = _build(settings, method, x_tr.shape[1], seed).to(device)
     gen = torch.Generator().manual_seed(seed)
-    order = torch.randperm(len(x_tr), generator=gen)
+    first_order = torch.randperm(len(x_tr), generator=gen)
     k = settings.num_codes
     tau = None
     if method == "soft":
         if relative_temperature is None:
             raise ValueError("relative_temperature: the soft quantiser needs one")
         with torch.no_grad():
-            first = model.encode(x_tr[order[: settings.batch_size].to(device)])
-            tau = relative_temperature * critical_temperature(first)
+            first = model.encode(x_tr[first_order[: settings.batch_size].to(device)])
+            tau = relative_temperature * critical_temperature(_flat(first))
             model.quantizer.layer.set_temperature(tau)
             model.quantizer.layer.init_prototypes_from(first, generator=gen)
     opt = torch.optim.Adam(model.parameters(), lr=settings.lr)
-    usage, ppl, soft_ppl, test_mse = [], [], [], []
-    first_batch_usage = None
     steps = math.ceil(len(x_tr) / settings.batch_size)
-    model.train()
-    for epoch in progress(range(settings.epochs), desc=f"VQ-VAE {method} seed {seed}"):
-        if epoch > 0:
-            order = torch.randperm(len(x_tr), generator=gen)
-        counts = torch.zeros(k, dtype=torch.float64)
-        mass = torch.zeros(k, dtype=torch.float64)
+    tally = {"counts": torch.zeros(k, dtype=torch.float64),
+             "mass": torch.zeros(k, dtype=torch.float64), "first_batch_usage": None}
+
+    def batches(epoch: int):
+        order = first_order if epoch == 0 else torch.randperm(len(x_tr), generator=gen)
+        tally["counts"] = torch.zeros(k, dtype=torch.float64)
+        tally["mass"] = torch.zeros(k, dtype=torch.float64)
         for i in range(steps):
-            xb = x_tr[order[i * settings.batch_size:(i + 1) * settings.batch_size].to(device)]
-            out = model(xb)
-            loss = ((out.reconstruction - xb) ** 2).mean() + out.quantized.loss
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            batch_counts = torch.bincount(out.quantized.codes.detach().reshape(-1).cpu(),
-                                          minlength=k).double()
-            if first_batch_usage is None:
-                first_batch_usage = float((batch_counts > 0).double().mean())
-            counts += batch_counts
-            mass += out.quantized.assignments.detach().reshape(-1, k).double().sum(0).cpu()
-        usage.append(float((counts > 0).double().mean()))
-        ppl.append(float(perplexity(counts[None] / counts.sum())))
-        soft_ppl.append(float(perplexity(mass[None] / mass.sum())))
-        test_mse.append(_evaluate(model, x_te)["mse"])
+            yield x_tr[order[i * settings.batch_size:(i + 1) * settings.batch_size].to(device)]
+
+    def loss(forward, xb):
+        out = forward(xb)
+        batch_counts = torch.bincount(out.quantized.codes.detach().reshape(-1).cpu(),
+                                      minlength=k).double()
+        if tally["first_batch_usage"] is None:
+            tally["first_batch_usage"] = float((batch_counts > 0).double().mean())
+        tally["counts"] += batch_counts
+        tally["mass"] += out.quantized.assignments.detach().reshape(-1, k).double().sum(0).cpu()
+        return ((out.reconstruction - xb) ** 2).mean() + out.quantized.loss
+
+    def end_of_round(epoch: int) -> dict:
+        counts, mass = tally["counts"], tally["mass"]
+        return {"usage": float((counts > 0).double().mean()),
+                "perplexity": float(perplexity(counts[None] / counts.sum())),
+                "soft_perplexity": float(perplexity(mass[None] / mass.sum())),
+                "test_mse": _evaluate(model, x_te)["mse"],
+                "first_batch_usage": tally["first_batch_usage"]}
+
+    log = fit(model, opt, rounds=settings.epochs, batches=batches, loss=loss, device=device,
+              run=run_dir, name=unit_key(method, seed, relative_temperature),
+              generators={"order": gen}, end_of_round=end_of_round,
+              desc=f"VQ-VAE {method} seed {seed}")
+    history = {name: [m[name] for m in log.metrics]
+               for name in ("usage", "perplexity", "soft_perplexity", "test_mse")}
     final = _evaluate(model, x_te)
     spread = critical_temperature(final["tokens"]) / tau if tau is not None else None
     n_show = min(settings.n_show, len(x_te))
     recon = (final["reconstruction"][:n_show] + mean.to(device)).clamp(0, 1)
     return VQRun(method=method, seed=seed,
                  relative_temperature=relative_temperature if method == "soft" else None,
-                 temperature=tau, first_batch_usage=float(first_batch_usage), usage=usage,
-                 perplexity=ppl, soft_perplexity=soft_ppl, test_mse=test_mse,
-                 test_mse_codes=final["mse_codes"], test_usage=final["usage"],
+                 temperature=tau, first_batch_usage=float(log.metrics[0]["first_batch_usage"]),
+                 **history, test_mse_codes=final["mse_codes"], test_usage=final["usage"],
                  mean_top_q=final["top"], token_spread=spread,
                  reconstructions=recon.permute(0, 2, 3, 1).cpu().numpy())
 
 
 def run(settings: SoftVQSettings | None = None) -> SoftVQResult:
-    """Train every (method, temperature, seed) of ``settings`` on the CIFAR-10 subset."""
+    """Train every (method, temperature, seed) of ``settings`` on the CIFAR-10 subset.
+
+    In the paper profile every finished run is kept in the run directory
+    (:class:`ddcl_theory.runtime.runs.RunDir`) and an unfinished one resumes from its last epoch.
+    """
     s = settings or SoftVQSettings.from_profile()
+    run_dir = runs.RunDir("soft_vq", s)
     with num_threads(s.threads):
         x_tr, x_te, mean, source = prepare_images(s)
-        runs = []
+        tensors = (x_tr, x_te, mean)
+        jobs = []
         for seed in s.seeds:
-            for r in s.relative_temperatures:
-                runs.append(train_one(s, "soft", seed, (x_tr, x_te, mean), r))
-            for method in ("hard", "ema"):
-                runs.append(train_one(s, method, seed, (x_tr, x_te, mean)))
+            jobs += [("soft", seed, r) for r in s.relative_temperatures]
+            jobs += [(method, seed, None) for method in ("hard", "ema")]
+        trained = [run_dir.unit(unit_key(m, seed, r),
+                                lambda m=m, seed=seed, r=r: train_one(s, m, seed, tensors, r,
+                                                                      run_dir))
+                   for m, seed, r in jobs]
+    run_dir.finish()
     trivial = float((x_te ** 2).mean())
     n_show = min(s.n_show, len(x_te))
     shown = (x_te[:n_show] + mean).clamp(0, 1).permute(0, 2, 3, 1).numpy()
-    return SoftVQResult(s, runs, trivial, shown, int(x_tr.shape[-1]),
+    return SoftVQResult(s, trained, trivial, shown, int(x_tr.shape[-1]),
                         (x_tr.shape[-2] // 4) * (x_tr.shape[-1] // 4), source)
 
 
@@ -365,7 +398,7 @@ def encoder_gradients(images: torch.Tensor, *, num_codes: int = 64, latent_dim: 
         if name == "soft":
             with torch.no_grad():
                 tokens = model.encode(images)
-                quantizer.layer.set_temperature(0.1 * critical_temperature(tokens))
+                quantizer.layer.set_temperature(0.1 * critical_temperature(_flat(tokens)))
                 quantizer.layer.init_prototypes_from(tokens, generator=gen)
         out = model(images)
         loss = ((out.reconstruction - images) ** 2).mean()
@@ -375,16 +408,7 @@ def encoder_gradients(images: torch.Tensor, *, num_codes: int = 64, latent_dim: 
     return EncoderGradients(**norms)
 
 
-# ------------------------------------------------------------------------- verdict
-@dataclass(frozen=True)
-class Verdict:
-    """A verdict word with its evidence and our headline value."""
-
-    verdict: str
-    evidence: str
-    our_value: str
-
-
+# ------------------------------------------------------------------------- analysis
 def first_epoch_at(values: np.ndarray, level: float) -> int | None:
     """The first epoch (1-based) at which ``values`` (epochs,) reach ``level``; None if never."""
     hits = np.flatnonzero(values >= level)
@@ -433,62 +457,3 @@ def temperature_table(result: SoftVQResult) -> list[dict]:
             "collapsed": bool(rel.mean() - rel.std() > RECONSTRUCTS),
         })
     return rows
-
-
-def verdict_d11(result: SoftVQResult, grads: EncoderGradients) -> Verdict:
-    """D11 from the runs and the gradient check.
-
-    * ``reproduced``: the soft quantiser passes gradients without an estimator, and at some
-      temperature its argmax usage stays >= :data:`FULL_USAGE` at every epoch of every seed while
-      it reconstructs (held-out error, also from the argmax codes, below :data:`RECONSTRUCTS`
-      times the trivial error beyond the seed spread).
-    * ``qualified``: no estimator needed, and at some temperature where it reconstructs the soft
-      quantiser's usage after the first epoch (:func:`usage_after_first_epoch`) is clearly above
-      the hard VQ's (by more than the hypot of the two seed spreads): an advantage in usage,
-      short of 100%.
-    * ``not reproduced``: neither; the evidence says which part fails.
-    """
-    table = temperature_table(result)
-    no_estimator = grads.soft > 0 and grads.hard_without_estimator == 0
-    hard_later = usage_after_first_epoch(result.select("hard"))
-    good = [row for row in table if row["reconstructs"]]
-    sustained_good = [row for row in good if row["sustained"]]
-    ahead_good = [row for row in good if row["usage_later"][0] - hard_later[0]
-                  > math.hypot(row["usage_later"][1], hard_later[1])]
-    if no_estimator and sustained_good:
-        verdict = "reproduced"
-    elif no_estimator and ahead_good:
-        verdict = "qualified"
-    else:
-        verdict = "not reproduced"
-    hard_u = np.array([x.usage for x in result.select("hard")])
-    ema_u = np.array([x.usage for x in result.select("ema")])
-    hard_reach = first_epoch_at(hard_u.mean(0), FULL_USAGE)
-    s = result.settings
-
-    def fmt_row(row):
-        return (f"r={row['r']:g}: usage epoch 1 {row['usage_first'][0]:.2f}, epochs 2-{s.epochs} "
-                f"{row['usage_later'][0]:.2f} +- {row['usage_later'][1]:.2f}, held-out MSE/trivial {row['rel_mse'][0]:.2f} "
-                f"(argmax codes {row['rel_mse_codes'][0]:.2f})")
-
-    evidence = (
-        f"VQ-VAE with {s.num_codes} codes on {s.n_train} {result.source} images "
-        f"({result.image_size}x{result.image_size}, {result.tokens_per_image} tokens each), "
-        f"{s.epochs} epochs, {len(s.seeds)} seeds; usage = fraction of the codebook that is some "
-        f"training token's (argmax) code during an epoch, full = at least {FULL_USAGE:g}, "
-        f"reconstructs = held-out error below {RECONSTRUCTS:g} x the trivial one. No estimator "
-        f"needed: the reconstruction gradient reaches the encoder through the soft quantiser "
-        f"(norm {grads.soft:.2g}) and not through hard VQ without straight-through (exactly "
-        f"{grads.hard_without_estimator:g}). Soft quantiser (tau = r T_c): "
-        + "; ".join(fmt_row(row) for row in table)
-        + f". Hard VQ with straight-through: usage epoch 1 {hard_u[:, 0].mean():.2f} "
-        f"+- {hard_u[:, 0].std():.2f}, epochs 2-{s.epochs} {hard_later[0]:.2f} "
-        f"+- {hard_later[1]:.2f}, last {hard_u[:, -1].mean():.2f}, "
-        + (f"full at epoch {hard_reach}" if hard_reach else f"never full in {s.epochs} epochs")
-        + f". VectorQuantize (EMA, k-means init, dead-code expiry): epoch 1 "
-        f"{ema_u[:, 0].mean():.2f}, last {ema_u[:, -1].mean():.2f}.")
-    main = next(row for row in table if row["r"] == s.main_temperature)
-    our = (f"soft (r={main['r']:g}) usage {main['usage_first'][0]:.2f} -> "
-           f"{main['usage_last'][0]:.2f}; hard {hard_u[:, 0].mean():.2f} -> "
-           f"{hard_u[:, -1].mean():.2f} over {s.epochs} epochs")
-    return Verdict(verdict, evidence, our)
