@@ -111,3 +111,42 @@ def test_a_diverged_run_counts_as_collapsed_even_with_finite_last_separation():
     calm = ea.RunHistory(eps=0.1, seed=0, separation=[1.0, 0.9], v=[0.1, 0.1],
                          l_q=[1.0, 0.5], perplexity=[4.0, 4.0], accuracy=[0.5, 0.6])
     assert not calm.diverged and not calm.collapsed
+
+
+# ---------------------------------------------------------------------------- kill and resume
+
+def _killing_fit(monkeypatch, after_round: int):
+    """Make the experiment's ``fit`` raise after round ``after_round`` (a kill between saves)."""
+    real = ea.fit
+
+    def fit(*args, end_of_round, **kwargs):
+        def end(r):
+            record = end_of_round(r)
+            if r == after_round:
+                raise KeyboardInterrupt
+            return record
+        return real(*args, end_of_round=end, **kwargs)
+
+    monkeypatch.setattr(ea, "fit", fit)
+
+
+def test_a_killed_run_resumes_to_the_same_history(tmp_path, monkeypatch):
+    tokens = ea.cifar_tokens(4, 8, classes=(0, 6))
+    s = dataclasses.replace(TINY, epochs=4)
+    whole = ea.run_one(tokens, s, 0.1, 3)
+    run = ea.runs.RunDir("eps_ablation", s, root=tmp_path, enabled=True)
+    with monkeypatch.context() as m:
+        _killing_fit(m, after_round=2)
+        with pytest.raises(KeyboardInterrupt):
+            ea.run_one(tokens, s, 0.1, 3, run)
+    assert run.state_path("eps=0.1,seed=3").is_file()
+    resumed = ea.run_one(tokens, s, 0.1, 3, ea.runs.RunDir("eps_ablation", s, root=tmp_path,
+                                                           enabled=True))
+    assert dataclasses.asdict(resumed) == dataclasses.asdict(whole)
+
+
+def test_a_diverging_run_stops_at_the_first_non_finite_l_q():
+    s = dataclasses.replace(TINY, epochs=6, lr_p=50.0, optimiser="sgd")
+    hist = ea.run_one(ea.cifar_tokens(4, 8, classes=(0, 6)), s, 1.0, 1)
+    assert hist.diverged and np.all(np.isfinite(hist.l_q[:-1]))
+    assert len(hist.l_q) == len(hist.accuracy) <= s.epochs + 1

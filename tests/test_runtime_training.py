@@ -79,3 +79,10 @@ def test_fit_rejects_bad_arguments():
         fit(model, [], rounds=1, batches=batches, loss=loss, device="cpu")
     with pytest.raises(ValueError, match="checkpoint_every"):
         fit(model, opt, rounds=1, batches=batches, loss=loss, device="cpu", checkpoint_every=0)
+
+
+def test_stop_if_ends_the_loop_after_the_round_it_is_true_for():
+    model, opt, sched, gen, batches, loss = _problem()
+    log = fit(model, opt, rounds=6, batches=batches, loss=loss, device="cpu",
+              end_of_round=lambda r: {"round": r}, stop_if=lambda m: m["round"] == 2)
+    assert [m["round"] for m in log.metrics] == [0, 1, 2] and len(log.losses) == 3

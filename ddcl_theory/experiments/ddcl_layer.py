@@ -21,7 +21,7 @@ from ddcl_theory.layers.ddcl import DDCLAttention
 from ddcl_theory.metrics.prototypes import perplexity, usage
 from ddcl_theory.models.ddcl_transformer import DDCLTransformer
 from ddcl_theory.runtime import profile, runs
-from ddcl_theory.runtime.progress import progress
+from ddcl_theory.runtime.training import fit
 
 
 def cifar_patch_tokens(images: np.ndarray, patch: int = 4) -> torch.Tensor:
@@ -95,17 +95,21 @@ def _unpatch(tokens: np.ndarray, size: int, patch: int, channels: int) -> np.nda
 def run_patch_prototypes(settings: PatchSettings | None = None) -> PatchResult:
     """Fit K patch prototypes by k-means++ then Adam on L_q; explain test patches with them.
 
-    In the paper profile the finished fit is checkpointed (:class:`runs.RunDir`).
+    In the paper profile the fit is checkpointed (:class:`runs.RunDir`): mid-fit by
+    :func:`~ddcl_theory.runtime.training.fit`, and the finished result as a unit.
     """
     s = settings or PatchSettings()
     ckpt = runs.RunDir("patch_prototypes", s)
-    result = ckpt.unit("run", lambda: _fit_patches(s))
+    result = ckpt.unit("run", lambda: _fit_patches(s, ckpt))
     ckpt.finish()
     return result
 
 
-def _fit_patches(s: PatchSettings) -> PatchResult:
-    """The fit of :func:`run_patch_prototypes` on the profile's device (result on the CPU)."""
+def _fit_patches(s: PatchSettings, run: runs.RunDir | None = None) -> PatchResult:
+    """The fit of :func:`run_patch_prototypes` on the profile's device (result on the CPU).
+
+    One round of :func:`fit` is one full-batch Adam step on L_q; ``run`` keeps its checkpoints.
+    """
     device = profile.current().device
     gen = profile.seed_everything(s.seed)
     data = load_cifar10()
@@ -117,15 +121,19 @@ def _fit_patches(s: PatchSettings) -> PatchResult:
                           residual=False, norm=False, projections=False).to(device)
     layer.init_prototypes_from(train, generator=gen)
     opt = torch.optim.Adam([layer.prototypes], lr=s.lr)
-    hist: dict[str, list[float]] = {"l_q": [], "l_ols": [], "v": []}
-    for _ in progress(range(s.steps), desc="patch prototypes"):
-        with runs.autocast(device):          # no-op on CPU; the layer's losses stay float32
-            losses = layer(train).losses
-        opt.zero_grad()
-        losses.l_q.backward()
-        opt.step()
-        for name in hist:
-            hist[name].append(float(getattr(losses, name).detach()))
+    terms: dict[str, float] = {}
+
+    def l_q(forward, batch):                 # the layer's losses stay a float32 island
+        losses = forward(batch).losses
+        terms.update(l_ols=float(losses.l_ols.detach()), v=float(losses.v.detach()))
+        return losses.l_q
+
+    log = fit(layer, opt, rounds=s.steps, batches=lambda _r: [train], loss=l_q, device=device,
+              run=run, name="fit", generators={"gen": gen},
+              end_of_round=lambda _r: dict(terms), checkpoint_every=max(1, s.steps // 10),
+              desc="patch prototypes", compile=False, train_mode=False)
+    hist = {"l_q": log.step_losses, "l_ols": [m["l_ols"] for m in log.metrics],
+            "v": [m["v"] for m in log.metrics]}
     with torch.no_grad():
         out = layer(test)
         q = out.assignments[:, 0]                                               # (n, T, K)
@@ -227,11 +235,14 @@ def _accuracy(model: DDCLTransformer, x: torch.Tensor, y: torch.Tensor, batch: i
 VARIANTS = ("ddcl", "mean", "block")
 
 
-def train_classifier(s: TransformerSettings, variant: str, data) -> TrainLog:
+def train_classifier(s: TransformerSettings, variant: str, data,
+                     run: runs.RunDir | None = None) -> TrainLog:
     """Train one :class:`DDCLTransformer` with CE (+ beta * L_q of its DDCL layer).
 
     ``variant``: "ddcl" (DDCL readout on ``pooled``), "mean" (mean-pool readout), "block"
     (mean-pool readout, DDCL block with residual + LayerNorm after the first encoder layer).
+    ``data`` is ``(x_train, y_train, x_test, y_test)``; ``run`` keeps the checkpoints of the
+    loop (:func:`~ddcl_theory.runtime.training.fit`, one round per epoch).
     """
     if variant not in VARIANTS:
         raise ValueError(f"variant: expected one of {VARIANTS}, got {variant!r}")
@@ -247,34 +258,49 @@ def train_classifier(s: TransformerSettings, variant: str, data) -> TrainLog:
                             ddcl_block_after=0 if variant == "block" else None).to(device)
     if variant != "mean":
         model.init_prototypes_from(x_tr[:200], generator=gen)
-    readout = variant
     opt = torch.optim.AdamW(model.parameters(), lr=s.lr, weight_decay=0.0)
-    forward = runs.maybe_compile(model)          # the model itself unless DDCL_COMPILE=1
-    log = TrainLog(readout, [], [], [], [], [], True)
-    for _ in progress(range(s.epochs), desc=f"train {readout}"):
+    step: dict[str, list[float]] = {"l_q": [], "l_ols": [], "v": [], "ce": [], "size": []}
+    finite = [True]
+
+    def batches(_round):
         order = torch.randperm(len(x_tr), generator=gen)
-        total, count = 0.0, 0
         for i in range(0, len(order), s.batch_size):
-            idx = order[i:i + s.batch_size].to(device)
-            with runs.autocast(device):          # bf16 on CUDA (paper), no-op on CPU
-                out = forward(x_tr[idx])
-                ce = nnf.cross_entropy(out.logits, y_tr[idx])
-            loss = ce
-            ddcl_out = out.ddcl if out.ddcl is not None else out.block
-            if ddcl_out is not None:
-                lq = ddcl_out.losses              # float32 island of the layer
-                loss = ce + s.beta * lq.l_q
-                log.l_q.append(float(lq.l_q.detach()))
-                log.l_ols.append(float(lq.l_ols.detach()))
-                log.v.append(float(lq.v.detach()))
-            log.all_finite &= bool(torch.isfinite(loss.detach()))
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            total += float(ce.detach()) * len(idx)
-            count += len(idx)
-        log.train_loss.append(total / count)
-        log.test_acc.append(_accuracy(model, x_te, y_te, 250))
+            yield order[i:i + s.batch_size].to(device)
+
+    def loss(forward, idx):
+        out = forward(x_tr[idx])
+        ce = nnf.cross_entropy(out.logits, y_tr[idx])
+        total = ce
+        ddcl_out = out.ddcl if out.ddcl is not None else out.block
+        if ddcl_out is not None:
+            lq = ddcl_out.losses              # float32 island of the layer
+            total = ce + s.beta * lq.l_q
+            for name in ("l_q", "l_ols", "v"):
+                step[name].append(float(getattr(lq, name).detach()))
+        finite[0] &= bool(torch.isfinite(total.detach()))
+        step["ce"].append(float(ce.detach()))
+        step["size"].append(len(idx))
+        return total
+
+    def end_of_round(_round):
+        record = {name: list(values) for name, values in step.items()}
+        record["all_finite"] = finite[0]
+        record["test_acc"] = _accuracy(model, x_te, y_te, 250)
+        for values in step.values():
+            values.clear()
+        finite[0] = True
+        return record
+
+    fit_log = fit(model, opt, rounds=s.epochs, batches=batches, loss=loss, device=device,
+                  run=run, name=f"variant={variant}", generators={"gen": gen},
+                  end_of_round=end_of_round, desc=f"train {variant}")
+    rounds = fit_log.metrics
+    log = TrainLog(variant,
+                   [sum(c * n for c, n in zip(r["ce"], r["size"])) / sum(r["size"])
+                    for r in rounds],
+                   [r["test_acc"] for r in rounds],
+                   *([x for r in rounds for x in r[name]] for name in ("l_q", "l_ols", "v")),
+                   all(r["all_finite"] for r in rounds))
     model.eval()
     with torch.no_grad():
         if variant == "ddcl":
@@ -305,7 +331,7 @@ def run_transformer(settings: TransformerSettings | None = None) -> TransformerR
     y_te = torch.from_numpy(data.y_test[: s.n_test])
     tensors = tuple(t.to(device) for t in (x_tr, y_tr, x_te, y_te))
     ckpt = runs.RunDir("ddcl_transformer", s)
-    logs = {v: ckpt.unit(f"variant={v}", functools.partial(train_classifier, s, v, tensors))
+    logs = {v: ckpt.unit(f"variant={v}", functools.partial(train_classifier, s, v, tensors, ckpt))
             for v in VARIANTS}
     ckpt.finish()
     n_classes = int(y_tr.max()) + 1

@@ -31,6 +31,7 @@ from ddcl_theory.metrics import prototypes as protos
 from ddcl_theory.models.mlp import TokenMLP
 from ddcl_theory.runtime import profile, runs
 from ddcl_theory.runtime.progress import progress
+from ddcl_theory.runtime.training import fit
 from ddcl_theory.theory import coupled_model as cm
 from ddcl_theory.theory import timescales as ts
 
@@ -255,6 +256,10 @@ def _optimisers(model: JointModel, s: AblationSettings, eps: float):
     return make(fast, lr=s.lr_p), make(slow, lr=eps * s.lr_p)
 
 
+#: The per-epoch records of a :class:`RunHistory`, in the order :func:`_measure` takes them.
+_MEASURED = ("separation", "v", "l_q", "perplexity", "accuracy")
+
+
 @torch.no_grad()
 def _measure(model: JointModel, x_tr, x_te, y_te, hist: RunHistory) -> None:
     _, out = model(x_tr)
@@ -267,8 +272,13 @@ def _measure(model: JointModel, x_tr, x_te, y_te, hist: RunHistory) -> None:
     hist.accuracy.append(float((logits.argmax(-1) == y_te).float().mean()))
 
 
-def run_one(tokens: Tokens, s: AblationSettings, eps: float, seed: int) -> RunHistory:
-    """Train one model with ratio ``eps`` from ``seed``; return its per-epoch history."""
+def run_one(tokens: Tokens, s: AblationSettings, eps: float, seed: int,
+            run: runs.RunDir | None = None) -> RunHistory:
+    """Train one model with ratio ``eps`` from ``seed``; return its per-epoch history.
+
+    One round of :func:`~ddcl_theory.runtime.training.fit` is one epoch; training stops after
+    the first epoch whose L_q is not finite. ``run`` keeps the loop's checkpoints.
+    """
     gen = profile.seed_everything(seed)
     device = profile.current().device
     x_tr, y_tr = torch.from_numpy(tokens.x_train), torch.from_numpy(tokens.y_train)
@@ -280,32 +290,41 @@ def run_one(tokens: Tokens, s: AblationSettings, eps: float, seed: int) -> RunHi
     with torch.no_grad():
         model.ddcl.init_prototypes_from(model.encoder(x_tr), generator=gen)
     opt_p, opt_theta = _optimisers(model, s, eps)
-    forward = runs.maybe_compile(model)          # the model itself unless DDCL_COMPILE=1
-    hist = RunHistory(eps=eps, seed=seed)
-    _measure(model, x_tr, x_te, y_te, hist)
-    n = x_tr.shape[0]
-    for _ in range(s.epochs):
-        order = torch.randperm(n, generator=gen)
-        for start in range(0, n, s.batch_size):
-            idx = order[start:start + s.batch_size].to(device)
-            with runs.autocast(device):              # bf16 on CUDA (paper), no-op on CPU
-                logits, out = forward(x_tr[idx])
-                ce = nn.functional.cross_entropy(logits, y_tr[idx])
-            opt_p.zero_grad()
-            opt_theta.zero_grad()
-            if s.prototypes_see_task:
-                (ce + s.lam * out.losses.l_q).backward()
-            else:   # prototypes descend lam * L_q only; the encoder descends the total loss
-                grad_p = torch.autograd.grad(s.lam * out.losses.l_q, model.ddcl.prototypes,
-                                             retain_graph=True)[0]
-                (ce + s.lam * out.losses.l_q).backward()
-                model.ddcl.prototypes.grad = grad_p
-            opt_p.step()
-            opt_theta.step()
+    start = RunHistory(eps=eps, seed=seed)
+    _measure(model, x_tr, x_te, y_te, start)              # index 0: before training
+    hooks = []
+
+    def batches(_round):
+        order = torch.randperm(x_tr.shape[0], generator=gen)
+        for i in range(0, x_tr.shape[0], s.batch_size):
+            yield order[i:i + s.batch_size].to(device)
+
+    def loss(forward, idx):
+        logits, out = forward(x_tr[idx])
+        ce = nn.functional.cross_entropy(logits, y_tr[idx])
+        if not s.prototypes_see_task:   # prototypes descend lam * L_q only, the encoder all
+            grad_p = torch.autograd.grad(s.lam * out.losses.l_q, model.ddcl.prototypes,
+                                         retain_graph=True)[0]
+            hooks.append(model.ddcl.prototypes.register_hook(lambda _g: grad_p))
+        return ce + s.lam * out.losses.l_q
+
+    def remove_hooks():
+        while hooks:
+            hooks.pop().remove()
+
+    def end_of_round(_round):
+        hist = RunHistory(eps=eps, seed=seed)
         _measure(model, x_tr, x_te, y_te, hist)
-        if not np.isfinite(hist.l_q[-1]):
-            break
-    return hist
+        return {k: getattr(hist, k)[0] for k in _MEASURED}
+
+    log = fit(model, [opt_p, opt_theta], rounds=s.epochs, batches=batches, loss=loss,
+              device=device, run=run, name=f"eps={eps},seed={seed}", generators={"gen": gen},
+              after_step=remove_hooks, end_of_round=end_of_round,
+              stop_if=lambda m: not np.isfinite(m["l_q"]), desc=f"eps={eps:g} seed={seed}")
+    for record in log.metrics:
+        for k in _MEASURED:
+            getattr(start, k).append(record[k])
+    return start
 
 
 def run(settings: AblationSettings | None = None) -> AblationResult:
@@ -319,7 +338,8 @@ def run(settings: AblationSettings | None = None) -> AblationResult:
     tokens = cifar_tokens(s.n_train_per_class, s.n_test, patch=s.patch, classes=s.classes)
     jobs = [(eps, seed) for eps in s.eps_values for seed in s.seeds]
     ckpt = runs.RunDir("eps_ablation", s)
-    histories = [ckpt.unit(f"eps={eps},seed={seed}", functools.partial(run_one, tokens, s, eps, seed))
+    histories = [ckpt.unit(f"eps={eps},seed={seed}",
+                           functools.partial(run_one, tokens, s, eps, seed, ckpt))
                  for eps, seed in progress(jobs, desc="eps sweep")]
     ckpt.finish()
     return AblationResult(s, histories, tokens.source)

@@ -60,6 +60,7 @@ def fit(model: torch.nn.Module, optimizers: torch.optim.Optimizer | Sequence[tor
         clip_grad_norm: float | None = None,
         after_step: Callable[[], None] | None = None,
         end_of_round: Callable[[int], dict | None] | None = None,
+        stop_if: Callable[[dict], bool] | None = None,
         checkpoint_every: int = 1, desc: str = "training", compile: bool = True,
         train_mode: bool = True) -> TrainLog:
     """Train ``model``; return the per-step losses and per-round metrics.
@@ -79,6 +80,8 @@ def fit(model: torch.nn.Module, optimizers: torch.optim.Optimizer | Sequence[tor
         clip_grad_norm: clip the gradient norm of ``model`` before each step when given.
         after_step: called after each optimiser step (e.g. a temperature schedule's tick).
         end_of_round: ``round -> dict | None`` after each round (validation, usage, ...).
+        stop_if: ``metrics of the round -> bool`` after ``end_of_round``; True ends the loop
+            after that round (e.g. a diverged loss), as if ``rounds`` were reached.
         checkpoint_every: rounds between saves (the last round is never saved: its result is).
         desc: the progress bar's label.
         compile: compile the forward when ``DDCL_COMPILE=1`` (set False for models that must
@@ -122,6 +125,8 @@ def fit(model: torch.nn.Module, optimizers: torch.optim.Optimizer | Sequence[tor
             round_losses.append(value.item())
         log.losses.append(round_losses)
         log.metrics.append((end_of_round(r) if end_of_round is not None else None) or {})
+        if stop_if is not None and stop_if(log.metrics[-1]):
+            break
         if run is not None and (r + 1) % checkpoint_every == 0 and r + 1 < rounds:
             run.save_state(name, position=r + 1,
                            extra={"losses": log.losses, "metrics": log.metrics}, **state)
