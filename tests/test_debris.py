@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from ddcl_theory.data import debris as D
 from ddcl_theory.experiments import orbital_debris as od
-from ddcl_theory.runtime import profile
+from ddcl_theory.ledger.decisions.orbital_debris import decide_d13
+from ddcl_theory.runtime import profile, runs
 
 LEO, MEO, GEO, HEO = range(4)
 
@@ -144,11 +145,44 @@ def test_debris_experiment_is_deterministic(tiny_result):
 
 
 def test_d13_verdict_reports_every_part(tiny_result):
-    v = od.verdict_d13(tiny_result)
-    assert v.verdict in ("reproduced", "qualified", "not reproduced")
-    assert set(v.parts) == {"v"} | {f"{p} ({m})" for p in ("acc", "monotone", "fills")
-                                   for m in ("ddcl", "readout")}
-    assert v.parts["v"]
+    variants = {m: od.variant_parts(tiny_result, m) for m in ("ddcl", "readout")}
+    v = decide_d13(tiny_result, variants)
+    assert v.word in ("reproduced", "qualified", "not reproduced")
+    parts = v.numbers["parts"]
+    assert set(parts) == {"v"} | {f"{p} ({m})" for p in ("acc", "monotone", "fills")
+                                  for m in ("ddcl", "readout")}
+    assert parts["v"]
+
+
+@pytest.mark.parametrize("fit_variant", ["head", "readout"])
+def test_a_killed_ddcl_training_resumes_to_the_same_numbers(tmp_path, monkeypatch, fit_variant):
+    x = od.standardise(D.generate(200, 0).features)
+
+    def train(run_dir=None):
+        if fit_variant == "head":
+            return od.fit_ddcl_head(x, 4, 0.1, 12, 0.05, 0, run_dir=run_dir)
+        return od.fit_ddcl_readout(x, 4, 0.1, 12, 0.01, 8, 4, 0.25, 0, run_dir=run_dir)
+
+    whole_pred, whole = train()
+    monkeypatch.setattr(od, "CHECKPOINT_EVERY", 4)
+    real_fit = od.fit
+
+    def killed_fit(*args, end_of_round, **kw):
+        def end(r):
+            out = end_of_round(r)
+            if r == 9:
+                raise KeyboardInterrupt                 # killed after the save at epoch 8
+            return out
+        return real_fit(*args, end_of_round=end, **kw)
+
+    settings = _tiny()
+    monkeypatch.setattr(od, "fit", killed_fit)
+    with pytest.raises(KeyboardInterrupt):
+        train(runs.RunDir("orbital_debris", settings, root=tmp_path, enabled=True))
+    monkeypatch.setattr(od, "fit", real_fit)
+    pred, resumed = train(runs.RunDir("orbital_debris", settings, root=tmp_path, enabled=True))
+    assert np.array_equal(pred, whole_pred)
+    assert resumed.__dict__ == whole.__dict__
 
 
 def test_monotone_check_tolerates_rounding_only():

@@ -21,6 +21,7 @@ distance, trace of the prototype covariance) after the update.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,22 +30,24 @@ from torch import nn
 
 from ddcl_theory.data import debris
 from ddcl_theory.experiments import require_positive_ints
-from ddcl_theory.experiments.laplacian_vit import compare, num_threads
+from ddcl_theory.experiments.laplacian_vit import num_threads
 from ddcl_theory.layers.ddcl import DDCLAttention
 from ddcl_theory.layers.quantizers import SoftDDCLQuantizer
+from ddcl_theory.ledger.decisions.laplacian_experiments import compare
 from ddcl_theory.metrics import clustering
-from ddcl_theory.metrics import geometry as metrics
 from ddcl_theory.metrics.prototypes import SEPARATION_KINDS, separation
-from ddcl_theory.runtime import profile
+from ddcl_theory.runtime import profile, runs
 from ddcl_theory.runtime.progress import progress
+from ddcl_theory.runtime.training import fit
 from ddcl_theory.theory.collapse import critical_temperature
 
 __all__ = ["METHODS", "DebrisSettings", "DDCLTrace", "DebrisRun", "DebrisResult", "standardise",
-           "fit_ddcl_head", "fit_ddcl_readout", "fit_kmeans", "run", "summary", "Verdict",
-           "verdict_d13", "is_monotone", "variant_parts", "decreases",
-           "largest_drop"]
+           "fit_ddcl_head", "fit_ddcl_readout", "fit_kmeans", "run", "summary",
+           "is_monotone", "variant_parts", "decreases", "largest_drop", "CHECKPOINT_EVERY"]
 
 METHODS = ("ddcl", "ddcl_sgd", "readout", "kmeans", "kmeans1")
+#: Epochs between checkpoints of a DDCL training loop (paper profile).
+CHECKPOINT_EVERY = 50
 
 
 @dataclass(frozen=True)
@@ -174,26 +177,53 @@ def standardise(features: np.ndarray) -> np.ndarray:
     return (x - x.mean(0)) / np.where(std > 0, std, 1.0)
 
 
-def _record(trace: DDCLTrace, losses, bank: torch.Tensor) -> None:
+def _measure(losses, bank: torch.Tensor) -> dict:
+    """One epoch's record: the loss terms of its forward pass, the decomposition error and the
+    separations of the bank after the update."""
     l_q, l_ols, v = (float(t.detach()) for t in (losses.l_q, losses.l_ols, losses.v))
-    trace.l_q.append(l_q)
-    trace.l_ols.append(l_ols)
-    trace.v.append(v)
-    trace.identity_error.append(abs(l_q - l_ols - v) / max(l_q, 1e-12))
-    for kind in SEPARATION_KINDS:
-        trace.separation[kind].append(float(separation(bank.detach(), kind)))
+    return {"l_q": l_q, "l_ols": l_ols, "v": v,
+            "identity_error": abs(l_q - l_ols - v) / max(l_q, 1e-12),
+            "separation": {kind: float(separation(bank.detach(), kind))
+                           for kind in SEPARATION_KINDS}}
 
 
-def _new_trace(bank: torch.Tensor) -> DDCLTrace:
-    return DDCLTrace([], [], [], [], {k: [] for k in SEPARATION_KINDS},
-                     {k: float(separation(bank.detach(), k)) for k in SEPARATION_KINDS})
+def _trace(start: dict[str, float], epochs: list[dict]) -> DDCLTrace:
+    """A :class:`DDCLTrace` from the separations before training and the epochs' records."""
+    return DDCLTrace([e["l_q"] for e in epochs], [e["l_ols"] for e in epochs],
+                     [e["v"] for e in epochs], [e["identity_error"] for e in epochs],
+                     {k: [e["separation"][k] for e in epochs] for k in SEPARATION_KINDS}, start)
+
+
+def _separations(bank: torch.Tensor) -> dict[str, float]:
+    return {k: float(separation(bank.detach(), k)) for k in SEPARATION_KINDS}
+
+
+def _fit_full_batch(model: nn.Module, opt: torch.optim.Optimizer, epochs: int, inputs,
+                    loss_and_terms, bank: Callable[[], torch.Tensor], gen: torch.Generator,
+                    run_dir: runs.RunDir | None, name: str) -> list[dict]:
+    """``epochs`` full-batch steps through :func:`ddcl_theory.runtime.training.fit`; the
+    records of :func:`_measure` of every epoch. ``loss_and_terms(forward, inputs)`` returns the
+    loss and the DDCL loss terms of the forward pass."""
+    seen = {}
+
+    def loss(forward, batch):
+        value, seen["terms"] = loss_and_terms(forward, batch)
+        return value
+
+    log = fit(model, opt, rounds=epochs, batches=lambda _: (inputs,), loss=loss, device="cpu",
+              run=run_dir, name=name, generators={"init": gen},
+              end_of_round=lambda _: _measure(seen["terms"], bank()),
+              checkpoint_every=CHECKPOINT_EVERY, desc=name, train_mode=False)
+    return log.metrics
 
 
 def fit_ddcl_head(x: np.ndarray, k: int, relative_temperature: float, epochs: int, lr: float,
-                  seed: int, optimizer: str = "adam") -> tuple[np.ndarray, DDCLTrace]:
+                  seed: int, optimizer: str = "adam", run_dir: runs.RunDir | None = None,
+                  name: str = "ddcl") -> tuple[np.ndarray, DDCLTrace]:
     """DDCL clustering head on rows ``x`` (N, F): (cluster of each row (N,), trace).
 
     ``optimizer``: ``"adam"`` or ``"sgd"`` (plain full-batch gradient descent), step ``lr``.
+    With an enabled ``run_dir`` the epochs resume from the last checkpoint saved under ``name``.
     """
     if optimizer not in ("adam", "sgd"):
         raise ValueError(f"optimizer: expected 'adam' or 'sgd', got {optimizer!r}")
@@ -205,47 +235,58 @@ def fit_ddcl_head(x: np.ndarray, k: int, relative_temperature: float, epochs: in
     tokens = z[None]                                                   # one sequence of N rows
     layer.init_prototypes_from(tokens, generator=gen)
     opt = (torch.optim.Adam if optimizer == "adam" else torch.optim.SGD)([layer.prototypes], lr=lr)
-    trace = _new_trace(layer.prototypes[0])
-    for _ in range(epochs):
-        losses = layer(tokens).losses
-        opt.zero_grad(set_to_none=True)
-        losses.l_q.backward()
-        opt.step()
-        _record(trace, losses, layer.prototypes[0])
+    start = _separations(layer.prototypes[0])
+
+    def loss(forward, batch):
+        losses = forward(batch).losses
+        return losses.l_q, losses
+
+    records = _fit_full_batch(layer, opt, epochs, tokens, loss, lambda: layer.prototypes[0], gen,
+                              run_dir, name)
     with torch.no_grad():
         pred = layer(tokens).assignments[0, 0].argmax(-1).numpy()
-    return pred, trace
+    return pred, _trace(start, records)
+
+
+class _Readout(nn.Module):
+    """MLP encoder -> DDCL soft quantiser (K codes) -> MLP decoder, for rows of F features."""
+
+    def __init__(self, f: int, k: int, hidden: int, latent: int, beta: float) -> None:
+        super().__init__()
+        self.encoder = nn.Sequential(nn.Linear(f, hidden), nn.ReLU(), nn.Linear(hidden, latent))
+        self.decoder = nn.Sequential(nn.Linear(latent, hidden), nn.ReLU(), nn.Linear(hidden, f))
+        self.quantizer = SoftDDCLQuantizer(latent, k, beta=beta)
+        self.beta = beta
+
+    def forward(self, x: torch.Tensor):
+        """Rows (N, F) -> (reconstruction loss + beta L_q, the bank's loss terms)."""
+        out = self.quantizer.layer(self.encoder(x)[None])
+        recon = self.decoder(out.centroids[0, 0])
+        return ((recon - x) ** 2).mean() + self.beta * out.losses.l_q, out.losses
 
 
 def fit_ddcl_readout(x: np.ndarray, k: int, relative_temperature: float, epochs: int,
                      lr: float, hidden: int, latent: int, beta: float,
-                     seed: int) -> tuple[np.ndarray, DDCLTrace]:
+                     seed: int, run_dir: runs.RunDir | None = None,
+                     name: str = "readout") -> tuple[np.ndarray, DDCLTrace]:
     """DDCL as a readout: MLP encoder -> soft quantiser (K codes) -> MLP decoder, trained on
     reconstruction MSE + beta L_q; (cluster = argmax q of each row (N,), trace)."""
     gen = profile.seed_everything(seed)
     xt = torch.as_tensor(x, dtype=torch.float32)
-    f = xt.shape[1]
-    encoder = nn.Sequential(nn.Linear(f, hidden), nn.ReLU(), nn.Linear(hidden, latent))
-    decoder = nn.Sequential(nn.Linear(latent, hidden), nn.ReLU(), nn.Linear(hidden, f))
-    quantizer = SoftDDCLQuantizer(latent, k, beta=beta)
+    model = _Readout(xt.shape[1], k, hidden, latent, beta)
+    quantizer = model.quantizer
     with torch.no_grad():
-        z0 = encoder(xt)
+        z0 = model.encoder(xt)
         quantizer.layer.set_temperature(relative_temperature * critical_temperature(z0))
         quantizer.layer.init_prototypes_from(z0[None], generator=gen)
-    params = [*encoder.parameters(), *decoder.parameters(), *quantizer.parameters()]
+    params = [*model.encoder.parameters(), *model.decoder.parameters(), *quantizer.parameters()]
     opt = torch.optim.Adam(params, lr=lr)
-    trace = _new_trace(quantizer.codebook)
-    for _ in range(epochs):
-        out = quantizer.layer(encoder(xt)[None])
-        recon = decoder(out.centroids[0, 0])
-        loss = ((recon - xt) ** 2).mean() + beta * out.losses.l_q
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        _record(trace, out.losses, quantizer.codebook)
+    start = _separations(quantizer.codebook)
+    records = _fit_full_batch(model, opt, epochs, xt, lambda forward, batch: forward(batch),
+                              lambda: quantizer.codebook, gen, run_dir, name)
     with torch.no_grad():
-        pred = quantizer(encoder(xt)[None]).codes[0].numpy()
-    return pred, trace
+        pred = quantizer(model.encoder(xt)[None]).codes[0].numpy()
+    return pred, _trace(start, records)
 
 
 def fit_kmeans(x: np.ndarray, k: int, restarts: int, seed: int) -> np.ndarray:
@@ -260,44 +301,59 @@ def fit_kmeans(x: np.ndarray, k: int, restarts: int, seed: int) -> np.ndarray:
 def _score(method: str, seed: int, overlap: bool, r: float | None, y: np.ndarray,
            pred: np.ndarray, k: int, trace: DDCLTrace | None) -> DebrisRun:
     c = len(debris.CLASSES)
-    return DebrisRun(method, seed, overlap, r, metrics.clustering_acc(y, pred),
-                     metrics.nmi(y, pred), metrics.ari(y, pred),
+    return DebrisRun(method, seed, overlap, r, clustering.clustering_acc(y, pred),
+                     clustering.nmi(y, pred), clustering.ari(y, pred),
                      clustering.class_fill(y, pred, c, k), trace)
 
 
-def run(settings: DebrisSettings | None = None) -> DebrisResult:
-    """Every method on one catalogue per seed (and the overlap-free reference if asked)."""
-    s = settings or DebrisSettings.from_profile()
+def _catalogue_runs(s: DebrisSettings, seed: int, overlap: bool,
+                    run_dir: runs.RunDir | None) -> tuple[list[DebrisRun], np.ndarray]:
+    """Every method on the catalogue of one seed: (runs, class sizes)."""
     k = s.num_clusters
-    runs: list[DebrisRun] = []
+    cat = debris.generate(s.n_objects, seed, sigma_r=s.sigma_r, sigma_i=s.sigma_i,
+                          overlap=overlap)
+    x, y = standardise(cat.features), cat.labels
+    out = [_score("kmeans", seed, overlap, None, y, fit_kmeans(x, k, s.kmeans_restarts, seed), k,
+                  None)]
+    if not overlap:
+        return out, cat.class_sizes
+    for r in s.temperature_sweep:
+        pred, trace = fit_ddcl_head(x, k, r, s.epochs, s.lr, seed, run_dir=run_dir,
+                                    name=f"ddcl-r{r:g}-seed{seed}")
+        out.append(_score("ddcl", seed, overlap, r, y, pred, k, trace))
+    pred, trace = fit_ddcl_head(x, k, s.relative_temperature, s.epochs, s.sgd_lr, seed,
+                                optimizer="sgd", run_dir=run_dir, name=f"ddcl_sgd-seed{seed}")
+    out.append(_score("ddcl_sgd", seed, overlap, s.relative_temperature, y, pred, k, trace))
+    out.append(_score("kmeans1", seed, overlap, None, y, fit_kmeans(x, k, 1, seed), k, None))
+    pred, trace = fit_ddcl_readout(x, k, s.relative_temperature, s.epochs, s.readout_lr,
+                                   s.readout_hidden, s.readout_latent, s.readout_beta, seed,
+                                   run_dir=run_dir, name=f"readout-seed{seed}")
+    out.append(_score("readout", seed, overlap, s.relative_temperature, y, pred, k, trace))
+    return out, cat.class_sizes
+
+
+def run(settings: DebrisSettings | None = None) -> DebrisResult:
+    """Every method on one catalogue per seed (and the overlap-free reference if asked).
+
+    In the paper profile every finished catalogue is kept in the run directory
+    (:class:`ddcl_theory.runtime.runs.RunDir`) and an interrupted DDCL training resumes from
+    its last checkpoint.
+    """
+    s = settings or DebrisSettings.from_profile()
+    run_dir = runs.RunDir("orbital_debris", s)
+    found: list[DebrisRun] = []
     sizes = None
     with num_threads(s.threads):
         for seed in progress(s.seeds, desc="debris seeds"):
             for overlap in ((True, False) if s.reference_overlap_free else (True,)):
-                cat = debris.generate(s.n_objects, seed, sigma_r=s.sigma_r, sigma_i=s.sigma_i,
-                                      overlap=overlap)
+                unit = run_dir.unit(f"seed{seed}-overlap{int(overlap)}",
+                                    lambda seed=seed, overlap=overlap:
+                                    _catalogue_runs(s, seed, overlap, run_dir))
+                found += unit[0]
                 if overlap:
-                    sizes = cat.class_sizes
-                x, y = standardise(cat.features), cat.labels
-                runs.append(_score("kmeans", seed, overlap, None, y,
-                                   fit_kmeans(x, k, s.kmeans_restarts, seed), k, None))
-                if not overlap:
-                    continue
-                for r in s.temperature_sweep:
-                    pred, trace = fit_ddcl_head(x, k, r, s.epochs, s.lr, seed)
-                    runs.append(_score("ddcl", seed, overlap, r, y, pred, k, trace))
-                pred, trace = fit_ddcl_head(x, k, s.relative_temperature, s.epochs, s.sgd_lr,
-                                            seed, optimizer="sgd")
-                runs.append(_score("ddcl_sgd", seed, overlap, s.relative_temperature, y, pred, k,
-                                   trace))
-                runs.append(_score("kmeans1", seed, overlap, None, y,
-                                   fit_kmeans(x, k, 1, seed), k, None))
-                pred, trace = fit_ddcl_readout(x, k, s.relative_temperature, s.epochs,
-                                               s.readout_lr, s.readout_hidden, s.readout_latent,
-                                               s.readout_beta, seed)
-                runs.append(_score("readout", seed, overlap, s.relative_temperature, y, pred, k,
-                                   trace))
-    return DebrisResult(s, runs, np.asarray(sizes))
+                    sizes = unit[1]
+    run_dir.finish()
+    return DebrisResult(s, found, np.asarray(sizes))
 
 
 def summary(runs: list[DebrisRun], field: str) -> tuple[float, float]:
@@ -327,15 +383,7 @@ def largest_drop(path: np.ndarray) -> float:
     return float((np.maximum.accumulate(p) - p).max() / scale)
 
 
-# ------------------------------------------------------------------------- verdict
-@dataclass(frozen=True)
-class Verdict:
-    verdict: str
-    evidence: str
-    our_value: str
-    parts: dict[str, bool]
-
-
+# ------------------------------------------------------------------------- analysis
 def variant_parts(result: DebrisResult, method: str, kind: str = "min") -> dict:
     """What D13 needs of one DDCL variant (``"ddcl"`` head or ``"readout"``) against k-means
     (10 restarts), on the catalogues with overlap.
@@ -363,68 +411,3 @@ def variant_parts(result: DebrisResult, method: str, kind: str = "min") -> dict:
             "min_v": min(x.trace.min_v for x in runs),
             "leo_clusters": leo_clusters, "empty": empty,
             "fills": empty == 0 and leo_clusters <= 1.0}
-
-
-def verdict_d13(result: DebrisResult, kind: str = "min") -> Verdict:
-    """D13 on the catalogues with overlap (the setting of the claim), for the two DDCL variants.
-
-    Parts: ``acc`` - a variant's mean ACC beats k-means (10 restarts) by more than the seed
-    spread; ``v`` - V >= 0 at every epoch of every DDCL run (head at every r, and readout);
-    ``monotone`` - a variant's separation (``kind``) never decreases, in every seed; ``fills`` -
-    a variant leaves no class empty in any seed and gives LEO at most one cluster on average,
-    while k-means gives LEO two or more.
-
-    ``reproduced`` when ``v`` holds and one variant has ``acc``, ``monotone`` and ``fills``;
-    ``qualified`` when ``v`` holds and some variant has ``acc``, or is within the spread of
-    k-means and has ``fills``; ``not reproduced`` otherwise.
-    """
-    s = result.settings
-    km = result.select("kmeans")
-    parts_by = {m: variant_parts(result, m, kind) for m in ("ddcl", "readout")}
-    traced = [x for x in result.runs if x.trace is not None and x.overlap]
-    leo = debris.CLASSES.index("LEO")
-    km_leo = float(np.mean([x.fill.majority_clusters[leo] for x in km]))
-    v_ok = all(x.trace.min_v >= 0 for x in traced)
-    for p in parts_by.values():
-        p["fills"] = p["fills"] and km_leo >= 2.0
-    parts = {"v": v_ok}
-    for m, p in parts_by.items():
-        parts[f"acc ({m})"] = p["compare"] > 0
-        parts[f"monotone ({m})"] = all(p["monotone"])
-        parts[f"fills ({m})"] = p["fills"]
-    full = [m for m, p in parts_by.items() if p["compare"] > 0 and all(p["monotone"]) and p["fills"]]
-    partial = [m for m, p in parts_by.items()
-               if p["compare"] > 0 or (p["compare"] == 0 and p["fills"])]
-    if v_ok and full:
-        verdict = "reproduced"
-    elif v_ok and partial:
-        verdict = "qualified"
-    else:
-        verdict = "not reproduced"
-    acc_km = summary(km, "acc")
-    head_main = parts_by["ddcl"]
-
-    def describe(m: str, name: str) -> str:
-        p = parts_by[m]
-        return (f"{name}: ACC {p['acc'][0]:.3f} +- {p['acc'][1]:.3f}, NMI {p['nmi'][0]:.3f}, "
-                f"ARI {p['ari'][0]:.3f}; separation ({kind} pairwise distance) monotone in "
-                f"{sum(p['monotone'])} of {len(p['monotone'])} seeds, final/initial "
-                f"{min(p['ratio']):.2f} to {max(p['ratio']):.2f}; LEO the majority of "
-                f"{p['leo_clusters']:.1f} clusters on average, {p['empty']} empty class-slots")
-
-    evidence = (
-        f"{len(s.seeds)} synthetic catalogues of {s.n_objects} objects (LEO/MEO/GEO/HEO "
-        f"{'/'.join(str(int(v)) for v in result.class_sizes)}), standardised observed elements, "
-        f"K = {s.num_clusters}, {s.epochs} full-batch epochs at tau = "
-        f"{s.relative_temperature:g} T_c. k-means ({s.kmeans_restarts} restarts): ACC "
-        f"{acc_km[0]:.3f} +- {acc_km[1]:.3f}, NMI {summary(km, 'nmi')[0]:.3f}, LEO the majority "
-        f"of {km_leo:.1f} clusters. " + describe("ddcl", "DDCL head") + ". "
-        + describe("readout", "DDCL readout (encoder, bank, decoder)") + ". V >= 0 at every "
-        f"epoch of all {len(traced)} DDCL runs (the head's smallest V at the main temperature "
-        f"{head_main['min_v']:.2g}). Parts holding: "
-        f"{[k for k, v in parts.items() if v] or 'none'}; failing: "
-        f"{[k for k, v in parts.items() if not v] or 'none'}.")
-    our = (f"ACC head {head_main['acc'][0]:.3f}, readout {parts_by['readout']['acc'][0]:.3f} "
-           f"vs k-means {acc_km[0]:.3f}; V >= 0 throughout; separation monotone in "
-           f"{sum(head_main['monotone'])}/{len(head_main['monotone'])} seeds (head)")
-    return Verdict(verdict, evidence, our, parts)
