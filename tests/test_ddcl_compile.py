@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-import ddcl_theory.layers.ddcl as ddcl_module
+import ddcl_theory.layers.ddcl_fused as ddcl_fused
 from ddcl_theory.layers.ddcl import DDCLAttention
 
 # ops that read a tensor's value on the host or size a result by data
@@ -78,7 +78,7 @@ def _weighted_sum(outs: dict, seed: int = 5):
 @pytest.fixture
 def small_chunks(monkeypatch):
     """Force several row chunks (the eager path's loop) on tiny inputs."""
-    monkeypatch.setattr(ddcl_module, "_CHUNK_ELEMENTS", 8)
+    monkeypatch.setattr(ddcl_fused, "_CHUNK_ELEMENTS", 8)
 
 
 @pytest.mark.parametrize("masked", [False, True])

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from ddcl_theory.layers.ddcl import DDCLAttention
+from ddcl_theory.metrics.fits import loglog_slope
 from ddcl_theory.runtime import profile, runs
 
 
@@ -48,18 +49,14 @@ class ScalingResult:
     ddcl: list[float]
     attention: list[float]
 
-    @staticmethod
-    def _slope(lens, times) -> float:
-        return float(np.polyfit(np.log(lens), np.log(times), 1)[0])
-
     @property
     def ddcl_slope(self) -> float:
-        return self._slope(self.settings.seq_lens, self.ddcl)
+        return loglog_slope(self.settings.seq_lens, self.ddcl)
 
     @property
     def attention_slope(self) -> float:
         """Slope over the two longest lengths, where the T^2 term dominates."""
-        return self._slope(self.settings.seq_lens[-2:], self.attention[-2:])
+        return loglog_slope(self.settings.seq_lens[-2:], self.attention[-2:])
 
     def ratios(self) -> list[float]:
         """t(attention) / t(DDCL) at each length."""

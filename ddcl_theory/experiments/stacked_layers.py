@@ -29,7 +29,7 @@ from ddcl_theory.data.text import embed, load_encoder
 from ddcl_theory.experiments import require_positive_ints
 from ddcl_theory.experiments.text_readout import NEWSGROUPS, TextReadoutSettings, load_corpus
 from ddcl_theory.layers.readouts import PackedTokens, Standardiser, purity
-from ddcl_theory.metrics import geometry as metrics
+from ddcl_theory.metrics.clustering import clustering_acc, nmi
 from ddcl_theory.metrics.prototypes import separation, usage
 from ddcl_theory.models.stacked_ddcl import StackedDDCL
 from ddcl_theory.runtime import profile
@@ -245,4 +245,4 @@ def run(settings: StackedSettings | None = None, encoder=None) -> StackedResult:
                if (dom2 == k).any() else -1 for k in range(s.k2)]
     return StackedResult(s, traces, {1: tau1, 2: tau2}, n, int(values.shape[0]), encoder.name,
                          words, share1, groups, dom2, y, nearest, corpus.train_texts,
-                         metrics.clustering_acc(y, dom2), purity(y, dom2), metrics.nmi(y, dom2))
+                         clustering_acc(y, dom2), purity(y, dom2), nmi(y, dom2))

@@ -29,7 +29,7 @@ from ddcl_theory.data import FILES, load_20newsgroups, load_imdb, load_sst2
 from ddcl_theory.data.text import TokenEmbeddings, clean_imdb, embed, load_encoder, strip_newsgroup
 from ddcl_theory.experiments import require_positive_ints
 from ddcl_theory.layers import readouts as R
-from ddcl_theory.metrics import geometry as metrics
+from ddcl_theory.metrics.clustering import ari, clustering_acc, nmi
 from ddcl_theory.runtime import profile
 
 CORPORA = ("sst2", "imdb", "20ng")
@@ -302,8 +302,7 @@ def readout_ks(name: str, num_classes: int) -> list[int]:
 
 
 def _scores(y: np.ndarray, labels: np.ndarray) -> tuple[float, float, float, float]:
-    return (metrics.clustering_acc(y, labels), R.purity(y, labels), metrics.nmi(y, labels),
-            metrics.ari(y, labels))
+    return (clustering_acc(y, labels), R.purity(y, labels), nmi(y, labels), ari(y, labels))
 
 
 def run_corpus(name: str, settings: TextReadoutSettings, encoder,

@@ -1,4 +1,4 @@
-"""Geometry and clustering metrics for token representations (standard definitions).
+"""Geometry metrics for token representations (standard definitions).
 
 All functions take NumPy arrays or torch tensors, compute in float64 and return plain Python
 floats (or small frozen dataclasses of floats). Shapes use ``N`` sequences (or samples), ``T``
@@ -12,8 +12,8 @@ tokens per sequence, ``d`` features, ``C`` classes.
 * :func:`k99` - number of principal components that hold 99% of the variance.
 * :func:`cdnv` - class-distance normalised variance, averaged over class pairs (Galanti et al.
   2022; used for next-token classes by Wu & Papyan 2024, "Linguistic Collapse").
-* :func:`clustering_acc`, :func:`nmi`, :func:`ari` - clustering accuracy with the Hungarian
-  matching, normalised mutual information and adjusted Rand index.
+
+Clustering scores (Hungarian ACC, purity, NMI, ARI) live in :mod:`ddcl_theory.metrics.clustering`.
 """
 from __future__ import annotations
 
@@ -32,14 +32,11 @@ __all__ = [
     "k99",
     "cdnv",
     "sign_balance",
-    "clustering_acc",
-    "nmi",
-    "ari",
 ]
 
 
 def _as_float64(x, name: str, ndim: int) -> np.ndarray:
-    """``x`` as a finite float64 NumPy array with ``ndim`` dimensions; ValueError naming ``name``."""
+    """``x`` as a finite float64 array with ``ndim`` dimensions; ValueError naming ``name``."""
     return as_float64(x, name, ndim, finite=True)
 
 
@@ -285,46 +282,3 @@ def sign_balance(matrix) -> float:
     ev = np.linalg.eigvalsh((m + m.T) / 2)
     scale = np.abs(ev).sum()
     return float(ev.sum() / scale) if scale > 0 else 0.0
-
-
-# --------------------------------------------------------------------------------------------
-# Clustering
-# --------------------------------------------------------------------------------------------
-
-def clustering_acc(y_true, y_pred) -> float:
-    """Clustering accuracy: the best one-to-one matching of clusters to classes (Hungarian).
-
-    ``max_pi (1/N) sum_i [y_true_i == pi(y_pred_i)]`` over injective maps ``pi`` from cluster
-    ids to class ids, solved with ``scipy.optimize.linear_sum_assignment`` on the contingency
-    table. Invariant to relabelling of either argument; clusters and classes may differ in number.
-    """
-    from scipy.optimize import linear_sum_assignment
-
-    a = _as_labels(y_true, "y_true", len(np.asarray(y_true)))
-    b = _as_labels(y_pred, "y_pred", a.shape[0])
-    if a.shape[0] == 0:
-        raise ValueError("y_true: empty")
-    _, ia = np.unique(a, return_inverse=True)
-    _, ib = np.unique(b, return_inverse=True)
-    table = np.zeros((ib.max() + 1, ia.max() + 1), dtype=np.int64)
-    np.add.at(table, (ib, ia), 1)
-    rows, cols = linear_sum_assignment(table, maximize=True)
-    return float(table[rows, cols].sum() / a.shape[0])
-
-
-def nmi(y_true, y_pred) -> float:
-    """Normalised mutual information (arithmetic normalisation; scikit-learn)."""
-    from sklearn.metrics import normalized_mutual_info_score
-
-    a = _as_labels(y_true, "y_true", len(np.asarray(y_true)))
-    b = _as_labels(y_pred, "y_pred", a.shape[0])
-    return float(normalized_mutual_info_score(a, b))
-
-
-def ari(y_true, y_pred) -> float:
-    """Adjusted Rand index (scikit-learn)."""
-    from sklearn.metrics import adjusted_rand_score
-
-    a = _as_labels(y_true, "y_true", len(np.asarray(y_true)))
-    b = _as_labels(y_pred, "y_pred", a.shape[0])
-    return float(adjusted_rand_score(a, b))

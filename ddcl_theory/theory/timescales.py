@@ -27,6 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
+from ddcl_theory.metrics.fits import loglog_slope  # noqa: F401  (ts.loglog_slope)
+
 
 # --------------------------------------------------------------------------------------------
 # Linear algebra of the two-time-scale Jacobian
@@ -135,16 +137,6 @@ def fast_eigenvalue_error(blocks: Blocks, eps: float) -> float:
     fast, _ = split_spectrum(blocks, eps)
     a, b = match_eigenvalues(fast, np.linalg.eigvals(-blocks.a))
     return float(np.max(np.abs(a - b)))
-
-
-def loglog_slope(x: np.ndarray, y: np.ndarray) -> float:
-    """Least-squares slope of log y against log x (all entries must be > 0)."""
-    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    if x.shape != y.shape or x.size < 2:
-        raise ValueError(f"x, y: expected equal shapes with >= 2 points, got {x.shape}, {y.shape}")
-    if np.any(x <= 0) or np.any(y <= 0):
-        raise ValueError("x, y: log-log fit needs positive values")
-    return float(np.polyfit(np.log(x), np.log(y), 1)[0])
 
 
 @dataclass(frozen=True)
