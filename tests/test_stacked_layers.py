@@ -11,7 +11,7 @@ from _text_fakes import FakeEncoder
 from ddcl_theory import functional as F
 from ddcl_theory.experiments import stacked_layers as S
 from ddcl_theory.models.stacked_ddcl import StackedDDCL
-from ddcl_theory.runtime import profile
+from ddcl_theory.runtime import profile, runs
 
 
 def _documents(seed: int, n: int = 12, d: int = 5, dtype=torch.float64):
@@ -119,3 +119,35 @@ def test_run_on_20newsgroups_with_a_fake_encoder(tmp_path, monkeypatch):
         assert len(tr.l_q) == s.epochs + 1
         assert max(tr.residual) < 1e-12 and max(tr.recomputed_gap) < 1e-10
         assert min(tr.v) >= 0 and min(tr.step_min_v[1:]) >= 0
+
+
+@pytest.mark.skipif(__import__("ddcl_theory.data", fromlist=["find"]).find("20newsgroups") is None,
+                    reason="20 Newsgroups not in a data directory")
+def test_a_killed_stacked_run_resumes_to_the_same_numbers(tmp_path, monkeypatch):
+    monkeypatch.setenv("DDCL_CACHE_DIR", str(tmp_path / "cache"))
+    text = dataclasses.replace(S.TextReadoutSettings(), ng_train=40, ng_max_length=16)
+    s = dataclasses.replace(S.StackedSettings(), k1=5, k2=3, epochs=4, batch_docs=10, text=text,
+                            recompute_every=2)
+    whole = S.run(s, encoder=FakeEncoder())
+    real_fit = S.fit
+
+    def killed_fit(*args, end_of_round, **kw):
+        def end(r):
+            out = end_of_round(r)
+            if r == 2:
+                raise KeyboardInterrupt                 # killed after the save at epoch 2
+            return out
+        return real_fit(*args, end_of_round=end, **kw)
+
+    monkeypatch.setattr(S, "fit", killed_fit)
+    with pytest.raises(KeyboardInterrupt):
+        S.run(s, encoder=FakeEncoder(),
+              run_dir=runs.RunDir("stacked_layers", s, root=tmp_path, enabled=True))
+    monkeypatch.setattr(S, "fit", real_fit)
+    resumed = S.run(s, encoder=FakeEncoder(),
+                    run_dir=runs.RunDir("stacked_layers", s, root=tmp_path, enabled=True))
+    for lvl in (1, 2):
+        for name, values in whole.traces[lvl].__dict__.items():
+            assert np.array_equal(np.array(getattr(resumed.traces[lvl], name)),
+                                  np.array(values), equal_nan=True), (lvl, name)
+    assert resumed.acc == whole.acc and np.array_equal(resumed.groups, whole.groups)

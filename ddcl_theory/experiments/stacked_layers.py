@@ -28,12 +28,12 @@ from ddcl_theory import functional as F
 from ddcl_theory.data.text import embed, load_encoder
 from ddcl_theory.experiments import require_positive_ints
 from ddcl_theory.experiments.text_readout import NEWSGROUPS, TextReadoutSettings, load_corpus
-from ddcl_theory.layers.readouts import PackedTokens, Standardiser, purity
-from ddcl_theory.metrics.clustering import clustering_acc, nmi
+from ddcl_theory.layers.readouts import PackedTokens, Standardiser
+from ddcl_theory.metrics.clustering import clustering_acc, nmi, purity
 from ddcl_theory.metrics.prototypes import separation, usage
 from ddcl_theory.models.stacked_ddcl import StackedDDCL
-from ddcl_theory.runtime import profile
-from ddcl_theory.runtime.progress import progress
+from ddcl_theory.runtime import profile, runs
+from ddcl_theory.runtime.training import fit
 
 LEVELS = (1, 2)
 
@@ -153,31 +153,40 @@ def content_tokens(values: np.ndarray, ids: np.ndarray, offsets: np.ndarray,
     return values[keep], ids[keep], np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
 
 
-def _record(trace: LevelTrace, out, inputs: torch.Tensor, prototypes: torch.Tensor,
-            recompute: bool) -> None:
-    """Append the full-data measurements of one level (out: the layer's output on inputs);
-    ``recompute``: also recompute the three terms with :func:`ddcl_theory.functional.loss_terms`
-    (nan otherwise)."""
+def _measure(out, inputs: torch.Tensor, prototypes: torch.Tensor, recompute: bool) -> dict:
+    """The full-data measurements of one level (out: the layer's output on inputs) as a dict of
+    :class:`LevelTrace` fields; ``recompute``: also recompute the three terms with
+    :func:`ddcl_theory.functional.loss_terms` (nan otherwise)."""
     prototypes = prototypes.detach()
     lq, lols, v = (float(getattr(out.losses, n)) for n in ("l_q", "l_ols", "v"))
     q = out.assignments[:, 0, 0]                                        # (m, K)
-    trace.l_q.append(lq)
-    trace.l_ols.append(lols)
-    trace.v.append(v)
-    trace.residual.append(abs(lq - lols - v) / lq)
     gap = float("nan")
     if recompute:
         ref = F.loss_terms(inputs.detach(), prototypes, q.detach())
         gap = max(abs(a - float(b)) for a, b in zip((lq, lols, v), ref)) / lq
-    trace.recomputed_gap.append(gap)
+    record = {"l_q": lq, "l_ols": lols, "v": v, "residual": abs(lq - lols - v) / lq,
+              "recomputed_gap": gap}
     for kind in ("min", "mean", "trace"):
-        getattr(trace, f"sep_{kind}").append(float(separation(prototypes, kind)))
-    trace.used.append(usage(q).fraction_used)
+        record[f"sep_{kind}"] = float(separation(prototypes, kind))
+    record["used"] = usage(q).fraction_used
+    return record
 
 
-def run(settings: StackedSettings | None = None, encoder=None) -> StackedResult:
-    """Train the two-level model on the 20 Newsgroups draw; see the module docstring."""
+def _append(trace: LevelTrace, record: dict) -> None:
+    for name, value in record.items():
+        getattr(trace, name).append(value)
+
+
+def run(settings: StackedSettings | None = None, encoder=None,
+        run_dir: runs.RunDir | None = None) -> StackedResult:
+    """Train the two-level model on the 20 Newsgroups draw; see the module docstring.
+
+    The epochs run through :func:`ddcl_theory.runtime.training.fit` with checkpoints in
+    ``run_dir`` (default: the experiment's :class:`ddcl_theory.runtime.runs.RunDir`, enabled in
+    the paper profile), so an interrupted run resumes at its last finished epoch.
+    """
     s = settings or StackedSettings()
+    run_dir = run_dir if run_dir is not None else runs.RunDir("stacked_layers", s)
     device = profile.current().device
     encoder = encoder or load_encoder(s.text.encoder, device=device,
                                       batch_tokens=s.text.batch_tokens)
@@ -197,33 +206,42 @@ def run(settings: StackedSettings | None = None, encoder=None) -> StackedResult:
     model = StackedDDCL(data.values.shape[1], s.k1, s.k2).to(device=device, dtype=torch.float64)
     tau1, tau2 = model.calibrate(all_tokens, all_seg, n, s.fraction1, s.fraction2, generator=gen)
     opt = torch.optim.Adam(model.parameters(), lr=s.lr)
-    traces = {lvl: LevelTrace() for lvl in LEVELS}
 
-    def evaluate(recompute: bool) -> None:
+    def evaluate(recompute: bool) -> dict[int, dict]:
         with torch.no_grad():
             out = model(all_tokens, all_seg, n)
-        _record(traces[1], out.level1, all_tokens, model.level1.prototypes[0], recompute)
-        _record(traces[2], out.level2, out.summaries, model.level2.prototypes[0], recompute)
+        return {1: _measure(out.level1, all_tokens, model.level1.prototypes[0], recompute),
+                2: _measure(out.level2, out.summaries, model.level2.prototypes[0], recompute)}
 
-    evaluate(recompute=True)
-    for lvl in LEVELS:
-        traces[lvl].step_min_v.append(float("nan"))
-    for epoch in progress(range(1, s.epochs + 1), desc="stacked DDCL"):
-        step_v = {1: float("inf"), 2: float("inf")}
+    start = evaluate(recompute=True)
+    step_v: dict[int, float] = {}
+
+    def batches(_epoch: int):
+        step_v.update({1: float("inf"), 2: float("inf")})
         order = torch.randperm(n, generator=gen)
         for i in range(0, n, s.batch_docs):
-            idx = order[i:i + s.batch_docs]
-            tokens, seg = data.batch(idx)
-            out = model(tokens, seg, len(idx))
-            loss = out.level1.losses.l_q + s.level2_weight * out.level2.losses.l_q
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            step_v[1] = min(step_v[1], float(out.level1.losses.v.detach()))
-            step_v[2] = min(step_v[2], float(out.level2.losses.v.detach()))
-        for lvl in LEVELS:
-            traces[lvl].step_min_v.append(step_v[lvl])
-        evaluate(recompute=epoch % s.recompute_every == 0 or epoch == s.epochs)
+            yield order[i:i + s.batch_docs]
+
+    def loss(forward, idx):
+        tokens, seg = data.batch(idx)
+        out = forward(tokens, seg, len(idx))
+        step_v[1] = min(step_v[1], float(out.level1.losses.v.detach()))
+        step_v[2] = min(step_v[2], float(out.level2.losses.v.detach()))
+        return out.level1.losses.l_q + s.level2_weight * out.level2.losses.l_q
+
+    def end_of_round(r: int) -> dict:
+        epoch = r + 1
+        measured = evaluate(recompute=epoch % s.recompute_every == 0 or epoch == s.epochs)
+        return {str(lvl): {**measured[lvl], "step_min_v": step_v[lvl]} for lvl in LEVELS}
+
+    log = fit(model, opt, rounds=s.epochs, batches=batches, loss=loss, device=device,
+              run=run_dir, name="stacked", generators={"order": gen}, end_of_round=end_of_round,
+              desc="stacked DDCL", train_mode=False)
+    traces = {lvl: LevelTrace() for lvl in LEVELS}
+    for lvl in LEVELS:
+        _append(traces[lvl], {**start[lvl], "step_min_v": float("nan")})
+        for record in log.metrics:
+            _append(traces[lvl], record[str(lvl)])
 
     with torch.no_grad():
         out = model(all_tokens, all_seg, n)
