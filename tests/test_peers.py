@@ -17,6 +17,7 @@ from ddcl_theory.layers.peers import (
     SlotAttentionReadout,
     gru_step,
 )
+from ddcl_theory.ledger.decisions.peer_readouts import decide_d17
 from ddcl_theory.runtime import profile
 
 SMALL = settings(max_examples=10, deadline=None)
@@ -517,7 +518,7 @@ def test_trimming_all_padding_columns_leaves_every_readout_output_unchanged(kind
     mask = torch.zeros(3, 7, dtype=torch.bool)
     mask[0, :4], mask[1, :2], mask[2, :3] = True, True, True
     x = torch.where(mask[..., None], x, torch.zeros(()))
-    xt, mt = pr._trim(x, mask)
+    xt, mt = pr.model._trim(x, mask)
     assert xt.shape == (3, 4, DIM) and mt.shape == (3, 4)
     full, short = _call(layer, x, mask), _call(layer, xt, mt)
     torch.testing.assert_close(short.pooled, full.pooled)
@@ -525,16 +526,20 @@ def test_trimming_all_padding_columns_leaves_every_readout_output_unchanged(kind
     torch.testing.assert_close(short.attention, full.attention[..., :4])
 
 
-def test_critical_temperature_is_twice_the_top_eigenvalue_of_the_token_covariance():
+def test_ddcl_critical_temperature_is_the_theory_function_on_the_projected_tokens():
     from ddcl_theory.theory.collapse import critical_temperature
 
-    z = _x(b=1, t=40, dim=5, seed=4)[0] @ torch.diag(torch.tensor([3.0, 1, 1, 0.5, 0.1],
-                                                                  dtype=torch.float64))
-    assert pr.critical_temperature_of(z) == pytest.approx(critical_temperature(z), rel=1e-10)
-    scaled = pr.critical_temperature_of(2 * z + 7)
-    assert scaled == pytest.approx(4 * pr.critical_temperature_of(z), rel=1e-10)
-    with pytest.raises(ValueError, match="z"):
-        pr.critical_temperature_of(z[:1])
+    data = pr.synthetic_tokens(12, 6, in_dim=4, seed=0)
+    s = pr.PeerSettings(num_slots=3, dim=8, hidden=8)
+    model = pr.ReadoutClassifier(4, pr.build_readout("ddcl", s), 8, 8, 3)
+    z = pr.ddcl_tokens(model, data)
+    assert z.shape == (int(data.mask.sum()), 8)
+    assert pr.ddcl_critical_temperature(model, data) == critical_temperature(z)
+    assert pr.critical_ratio(model, data) == model.readout.layer.temperature \
+        / critical_temperature(z)
+    one = pr.TokenSet(data.tokens[:1, :1], data.mask[:1, :1], data.labels[:1])
+    with pytest.raises(ValueError, match="data"):
+        pr.ddcl_critical_temperature(model, one)
 
 
 def test_relative_temperature_starts_ddcl_at_r_times_the_critical_temperature():
@@ -633,54 +638,9 @@ def test_sweep_tries_every_readout_from_random_and_near_equal_starts_with_valid_
     assert not pr.Variant("slot", "x", (("slot_init_std", 0.5),)).near_equal
 
 
-# ------------------------------------------------------------------------- study and verdict
-def _record(epoch, rank, distance, ratio=float("nan"), acc=0.5):
-    from ddcl_theory.metrics import readouts as rm
-    m = rm.CollapseMetrics(distance, distance, rank, 1.0, distance, 4)
-    return pr.CollapseRecord(epoch, 0.1, acc, acc, m, m, m, 1.0, 2.0, 2.0, ratio)
-
-
-def _history(kind, collapsed, ratio=float("nan"), start_ratio=0.1):
-    end = (1.0, 0.0) if collapsed else (2.5, 0.3)
-    return pr.ReadoutHistory(kind, [_record(0, 2.0, 0.2, start_ratio if kind == "ddcl"
-                                            else float("nan")),
-                                    _record(1, *end, ratio)])
-
-
-def _fake_result(ddcl_collapse_ratio=100.0, ddcl_stays_below=0.01, peer_collapses=True,
-                 ddcl_collapses=True):
-    """A StudyResult with hand-made histories: one random and one near-equal setting each."""
-    s = pr.StudySettings(tasks=("debris",), seeds=(0,), sweep_seeds=(0,), cost_lengths=(8, 16))
-    sweep = []
-    for kind in ("slot", "perceiver"):
-        sweep.append(pr.SweepRun(pr.Variant(kind, "random"), 0, _history(kind, False)))
-        sweep.append(pr.SweepRun(pr.Variant(kind, "near", (("bank_init", "near_equal"),)), 0,
-                                 _history(kind, peer_collapses)))
-    sweep.append(pr.SweepRun(pr.Variant("ddcl", "near", (("bank_init", "near_equal"),)), 0,
-                             _history("ddcl", False, ddcl_stays_below)))
-    sweep.append(pr.SweepRun(pr.Variant("ddcl", "hot"), 0,
-                             _history("ddcl", ddcl_collapses, ddcl_collapse_ratio)))
-    main = {"debris": {k: [_history(k, False, 0.01 if k == "ddcl" else float("nan"))]
-                       for k in pr.READOUTS}}
-    flops = {"ddcl": [100, 200], "slot": [300, 400], "perceiver": [120, 210]}
-    return pr.StudyResult(s, {}, main, sweep, flops, None)
-
-
-def test_d17_verdict_follows_its_stated_rules():
-    v = pr.d17_verdict(_fake_result())
-    assert v.verdict == "qualified" and all(v.parts.values())
-    assert "more than 10 times" in v.evidence and "less than half of" in v.evidence
-    assert pr.d17_verdict(_fake_result(ddcl_collapses=False)).verdict == "reproduced"
-    assert pr.d17_verdict(_fake_result(peer_collapses=False)).verdict == "refuted"
-    below = pr.d17_verdict(_fake_result(ddcl_collapse_ratio=0.5))      # collapse below T_c
-    assert not below.parts["ddcl_threshold"] and below.verdict == "refuted"
-    rows = pr.sweep_rows(_fake_result())
-    assert [r.outcome for r in rows] == ["avoided", "collapsed", "avoided", "collapsed",
-                                         "avoided", "collapsed"]
-
-
+# ---------------------------------------------------------------------------------- study
 def test_run_study_on_a_tiny_debris_task_gives_every_part_of_the_result(monkeypatch):
-    monkeypatch.setattr(pr, "SWEEP", (pr.Variant("slot", "default"),
+    monkeypatch.setattr(pr.study, "SWEEP", (pr.Variant("slot", "default"),
                                       pr.Variant("ddcl", "near", (("bank_init", "near_equal"),)),
                                       pr.Variant("perceiver", "default")))
     s = pr.StudySettings(tasks=("debris",), seeds=(0, 1), epochs=1, sweep_seeds=(0,),
@@ -697,5 +657,5 @@ def test_run_study_on_a_tiny_debris_task_gives_every_part_of_the_result(monkeypa
     mean, std = pr.accuracy(result, "debris", "slot")
     assert 0 <= mean <= 1 and std >= 0
     assert pr.series(result, "debris", "ddcl", "maps.effective_rank").shape == (2, 2)
-    verdict = pr.d17_verdict(result)
-    assert verdict.verdict in ("reproduced", "qualified", "refuted") and verdict.evidence
+    verdict = decide_d17(result, pr.sweep_rows(result), pr.TASK_TITLES)
+    assert verdict.word in ("reproduced", "qualified", "refuted") and verdict.evidence

@@ -8,9 +8,10 @@ import pytest
 import torch
 from _text_fakes import FakeEncoder
 
+from ddcl_theory.experiments import probes as P
 from ddcl_theory.experiments import text_readout as T
 from ddcl_theory.layers import readouts as R
-from ddcl_theory.metrics.clustering import clustering_acc
+from ddcl_theory.metrics.clustering import clustering_acc, purity
 from ddcl_theory.runtime import profile
 
 
@@ -89,8 +90,8 @@ def test_ddcl_probe_learns_a_token_level_signal():
     tr, te = torch.arange(0, 160), torch.arange(160, 240)
     train = R.PackedTokens.from_padded(x[tr], mask[tr])
     test = R.PackedTokens.from_padded(x[te], mask[te])
-    cfg = R.TrainConfig(epochs=15, batch_size=32, lr=5e-3)
-    log = R.ddcl_probe(train, y[tr], test, y[te], num_prototypes=4, config=cfg, seed=0,
+    cfg = P.TrainConfig(epochs=15, batch_size=32, lr=5e-3)
+    log = P.ddcl_probe(train, y[tr], test, y[te], num_prototypes=4, config=cfg, seed=0,
                        head_dim=8)
     assert log.test_acc > 0.9 and log.train_acc > 0.9
     assert min(log.v) >= 0 and len(log.v) == 15 * 5
@@ -102,7 +103,7 @@ def test_linear_probe_separates_linearly_separable_features():
     gen = torch.Generator().manual_seed(0)
     f = torch.randn(200, 5, generator=gen)
     y = (f[:, 0] + 0.5 * f[:, 1] > 0).long()
-    log = R.linear_probe(f[:150], y[:150], f[150:], y[150:])
+    log = P.linear_probe(f[:150], y[:150], f[150:], y[150:])
     assert log.test_acc > 0.9
 
 
@@ -111,9 +112,9 @@ def test_kmeans_and_ddcl_clusters_recover_separated_blobs():
     centres = torch.tensor([[6.0, 0.0, 0.0], [-6.0, 0.0, 0.0], [0.0, 6.0, 0.0]])
     y = torch.arange(150) % 3
     docs = centres[y] + torch.randn(150, 3, generator=gen)
-    assert clustering_acc(y, R.kmeans_clusters(docs, 3, seed=0)) > 0.95
+    assert clustering_acc(y, P.kmeans_clusters(docs, 3, seed=0)) > 0.95
     one_each = R.PackedTokens(docs, torch.arange(151))
-    clusters = R.ddcl_clusters(one_each, 3, seed=0, steps=30)
+    clusters = P.ddcl_clusters(one_each, 3, seed=0, steps=30)
     assert clustering_acc(y, clusters.labels) > 0.95 and min(clusters.v) >= 0
     # token level: each sequence has 6 tokens, 4 from its own blob and 2 from a shared one
     tokens = torch.cat([centres[y].repeat_interleave(4, 0), centres[[2]].repeat(300, 1)])
@@ -121,18 +122,18 @@ def test_kmeans_and_ddcl_clusters_recover_separated_blobs():
                        600 + torch.arange(150)[:, None] * 2 + torch.arange(2)], 1).reshape(-1)
     tokens = tokens[order] + 0.3 * torch.randn(900, 3, generator=gen)
     seqs = R.PackedTokens(tokens, torch.arange(0, 901, 6))
-    labels = R.ddcl_clusters(seqs, 3, seed=0, steps=30).labels
+    labels = P.ddcl_clusters(seqs, 3, seed=0, steps=30).labels
     assert clustering_acc(y, labels) > 0.95      # the over-use rule, not the majority
 
 
 def test_purity_is_many_to_one_accuracy():
     y = np.array([0, 0, 1, 1, 1, 0])
-    assert R.purity(y, np.array([0, 0, 1, 1, 1, 0])) == 1.0
-    assert R.purity(y, np.array([0, 1, 2, 3, 4, 5])) == 1.0      # singletons are pure
+    assert purity(y, np.array([0, 0, 1, 1, 1, 0])) == 1.0
+    assert purity(y, np.array([0, 1, 2, 3, 4, 5])) == 1.0      # singletons are pure
     assert clustering_acc(y, np.array([0, 1, 2, 3, 4, 5])) == pytest.approx(2 / 6)
-    assert R.purity(y, np.zeros(6, dtype=int)) == 0.5
+    assert purity(y, np.zeros(6, dtype=int)) == 0.5
     with pytest.raises(ValueError, match="y_true"):
-        R.purity(y, y[:3])
+        purity(y, y[:3])
 
 
 def test_balanced_draw_is_balanced_sorted_and_skips_unusable_rows():
@@ -145,17 +146,13 @@ def test_balanced_draw_is_balanced_sorted_and_skips_unusable_rows():
     assert T.balanced_draw(labels, 0, gen).tolist() == list(range(85))
 
 
-def test_comparison_outcomes_and_the_d14_verdict():
+def test_comparison_outcomes_and_margins():
     c = T.Comparison("sst2", "[CLS] probe", "DDCL K=2", 0.05, 0.02)
     assert c.outcome == "better"
     assert T.Comparison("sst2", "x", "y", -0.05, 0.02).outcome == "worse"
     assert T.Comparison("sst2", "x", "y", 0.01, 0.02).outcome == "tie"
     assert T.margin([0.5, 0.5], [0.6, 0.6]) == 0.01
     assert T.margin([0.5, 0.7], [0.6, 0.6]) == pytest.approx(0.2)
-    better, worse = c, T.Comparison("x", "y", "z", -1.0, 0.1)
-    assert T.d14_verdict([better, better]) == "reproduced"
-    assert T.d14_verdict([better, worse]) == "qualified"
-    assert T.d14_verdict([worse, worse]) == "not reproduced"
 
 
 def test_paper_profile_scales_the_settings(monkeypatch):
@@ -190,3 +187,68 @@ def test_run_corpus_end_to_end_with_a_fake_encoder(tmp_path, monkeypatch):
     res = T.TextReadoutResult(s, enc.name, {"sst2": r})
     comps = T.comparisons(res)
     assert [c.baseline for c in comps] == ["[CLS] probe", "mean probe", "k-means on [CLS]"]
+
+
+def test_a_killed_ddcl_probe_resumes_to_the_same_numbers(tmp_path, monkeypatch):
+    from ddcl_theory.runtime import runs, training
+
+    gen = torch.Generator().manual_seed(1)
+    x, y = torch.randn(60, 5, 6, generator=gen), torch.arange(60) % 2
+    x[y == 1, :2, 0] += 3.0
+    mask = torch.ones(60, 5, dtype=torch.bool)
+    train = R.PackedTokens.from_padded(x[:40], mask[:40])
+    test = R.PackedTokens.from_padded(x[40:], mask[40:])
+    cfg = P.TrainConfig(epochs=4, batch_size=16, lr=5e-3)
+
+    def probe(run=None):
+        return P.ddcl_probe(train, y[:40], test, y[40:], num_prototypes=3, config=cfg, seed=0,
+                            head_dim=4, run=run, name="probe")
+
+    whole = probe()
+    real_fit = training.fit
+
+    def killed_fit(*args, end_of_round, **kwargs):
+        def end(r):
+            if r == 2:
+                raise KeyboardInterrupt                   # killed after two saved epochs
+            return end_of_round(r)
+        return real_fit(*args, end_of_round=end, **kwargs)
+
+    run = runs.RunDir("probe-resume", cfg, root=tmp_path, enabled=True)
+    monkeypatch.setattr(P, "fit", killed_fit)
+    with pytest.raises(KeyboardInterrupt):
+        probe(run)
+    monkeypatch.setattr(P, "fit", real_fit)
+    resumed = probe(runs.RunDir("probe-resume", cfg, root=tmp_path, enabled=True))
+    assert resumed == whole and len(resumed.v) == 4 * 3
+
+
+def test_a_killed_ddcl_clustering_resumes_to_the_same_labels(tmp_path, monkeypatch):
+    from ddcl_theory.runtime import runs, training
+
+    gen = torch.Generator().manual_seed(2)
+    docs = torch.randn(90, 3, generator=gen) + 5.0 * (torch.arange(90) % 3 == 0)[:, None]
+    data = R.PackedTokens(docs, torch.arange(91))
+    whole = P.ddcl_clusters(data, 3, seed=0, steps=12)
+    real_fit = training.fit
+
+    def killed_fit(*args, end_of_round, **kwargs):
+        def end(r):
+            if r == 7:
+                raise KeyboardInterrupt                   # saves every 3 steps: at 3 and 6
+            return end_of_round(r)
+        return real_fit(*args, end_of_round=end, **kwargs)
+
+    settings = P.TrainConfig()
+    run = runs.RunDir("clusters-resume", settings, root=tmp_path, enabled=True)
+    monkeypatch.setattr(P, "fit", killed_fit)
+    with pytest.raises(KeyboardInterrupt):
+        P.ddcl_clusters(data, 3, seed=0, steps=12, run=run, name="c")
+    assert run.state_path("c").is_file()
+    monkeypatch.setattr(P, "fit", real_fit)
+    resumed = P.ddcl_clusters(data, 3, seed=0, steps=12, name="c",
+                              run=runs.RunDir("clusters-resume", settings, root=tmp_path,
+                                              enabled=True))
+    assert (resumed.labels == whole.labels).all()
+    assert (resumed.l_q, resumed.l_ols, resumed.v) == (whole.l_q, whole.l_ols, whole.v)
+    assert torch.equal(resumed.layer.prototypes, whole.layer.prototypes)

@@ -10,27 +10,40 @@ Three corpora, each subsampled in the cpu profile (class-balanced draws, the siz
 * 20 Newsgroups (20 topics): draws from the bydate train and test splits, header, quoted lines and
   signature stripped (:func:`ddcl_theory.data.text.clean.strip_newsgroup`).
 
-The frozen encoder's token embeddings come from the cache (:func:`ddcl_theory.data.text.cache.embed`).
+The frozen encoder's token embeddings come from the cache
+(:func:`ddcl_theory.data.text.cache.embed`).
 Supervised: logistic-regression probes on [CLS] and on the mean (convex, solved to convergence,
 deterministic), and the DDCL readout's ``pooled`` trained with a linear head
-(:func:`ddcl_theory.layers.readouts.ddcl_probe`) over several seeds. Unsupervised
+(:func:`ddcl_theory.experiments.probes.ddcl_probe`) over several seeds. Unsupervised
 (on the test documents, labels only to score): k-means on [CLS] and on the mean, and two DDCL
 clusterings - a DDCL layer fitted by L_q on the tokens (each document to its dominant prototype)
 and one fitted on the mean-pooled documents - scored by Hungarian ACC, purity, NMI and ARI.
+
+In the paper profile every DDCL training and clustering is a unit of the run directory
+(:class:`ddcl_theory.runtime.runs.RunDir`), so a killed run resumes. The verdict is
+:func:`ddcl_theory.ledger.decisions.text_readout.decide_d14` on :func:`comparisons`.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from ddcl_theory.data import FILES, load_20newsgroups, load_imdb, load_sst2
-from ddcl_theory.data.text import TokenEmbeddings, clean_imdb, embed, load_encoder, strip_newsgroup
+from ddcl_theory.data.text import (
+    TokenEmbeddings,
+    clean_imdb,
+    embed,
+    load_encoder,
+    strip_newsgroup,
+)
+from ddcl_theory.experiments import probes as P
 from ddcl_theory.experiments import require_positive_ints
 from ddcl_theory.layers import readouts as R
-from ddcl_theory.metrics.clustering import ari, clustering_acc, nmi
-from ddcl_theory.runtime import profile
+from ddcl_theory.metrics.clustering import ari, clustering_acc, nmi, purity
+from ddcl_theory.runtime import profile, runs
 
 CORPORA = ("sst2", "imdb", "20ng")
 TITLES = {"sst2": "SST-2", "imdb": "IMDB", "20ng": "20 Newsgroups"}
@@ -102,8 +115,8 @@ class TextReadoutSettings:
         """The active profile's values (the same as ``TextReadoutSettings()``)."""
         return cls()
 
-    def train_config(self) -> R.TrainConfig:
-        return R.TrainConfig(epochs=self.epochs, batch_size=self.batch_size, lr=self.lr,
+    def train_config(self) -> P.TrainConfig:
+        return P.TrainConfig(epochs=self.epochs, batch_size=self.batch_size, lr=self.lr,
                              weight_decay=self.weight_decay, beta=self.beta)
 
 
@@ -231,7 +244,8 @@ def embed_corpus(encoder, corpus: Corpus) -> tuple[TokenEmbeddings, TokenEmbeddi
 
 
 def packed(emb: TokenEmbeddings, device: str = "cpu") -> R.PackedTokens:
-    """The embeddings as float32 :class:`~ddcl_theory.layers.readouts.PackedTokens` on ``device``."""
+    """The embeddings as float32 :class:`~ddcl_theory.layers.readouts.PackedTokens` on
+    ``device``."""
     return R.PackedTokens(torch.from_numpy(emb.values).float().to(device),
                           torch.from_numpy(emb.offsets).to(device))
 
@@ -302,13 +316,21 @@ def readout_ks(name: str, num_classes: int) -> list[int]:
 
 
 def _scores(y: np.ndarray, labels: np.ndarray) -> tuple[float, float, float, float]:
-    return (clustering_acc(y, labels), R.purity(y, labels), nmi(y, labels), ari(y, labels))
+    return (clustering_acc(y, labels), purity(y, labels), nmi(y, labels), ari(y, labels))
+
+
+def _unit(ckpt: runs.RunDir | None, key: str, compute):
+    """``compute(run=..., name=key)`` as a unit of ``ckpt`` (read back when finished; resumed
+    from its checkpoint when interrupted); computed directly without a run directory."""
+    if ckpt is None:
+        return compute(run=None, name=key)
+    return ckpt.unit(key, lambda: compute(run=ckpt, name=key))
 
 
 def run_corpus(name: str, settings: TextReadoutSettings, encoder,
-               corpus: Corpus | None = None) -> CorpusResult:
+               corpus: Corpus | None = None, *, ckpt: runs.RunDir | None = None) -> CorpusResult:
     """Supervised probes and unsupervised clusterings on one corpus (drawn by
-    :func:`load_corpus` unless given)."""
+    :func:`load_corpus` unless given); ``ckpt`` keeps the DDCL trainings as units."""
     s = settings
     device = profile.current().device
     corpus = corpus if corpus is not None else load_corpus(name, s)
@@ -326,7 +348,7 @@ def run_corpus(name: str, settings: TextReadoutSettings, encoder,
     probe_train: dict[str, list[float]] = {}
     feats = {"[CLS]": (train.cls(), test.cls()), "mean": (train.mean(), test.mean())}
     for label, (f_tr, f_te) in feats.items():          # convex and deterministic: one fit
-        log = R.linear_probe(torch.from_numpy(f_tr), y_tr.cpu(), torch.from_numpy(f_te),
+        log = P.linear_probe(torch.from_numpy(f_tr), y_tr.cpu(), torch.from_numpy(f_te),
                              y_te.cpu(), c=s.probe_c)
         probe[label] = [log.test_acc]
         probe_train[label] = [log.train_acc]
@@ -336,9 +358,10 @@ def run_corpus(name: str, settings: TextReadoutSettings, encoder,
     history: tuple[list[float], list[float], list[float]] = ([], [], [])
     for k in ks:
         label = f"DDCL K={k}"
-        logs = [R.ddcl_probe(p_tr, y_tr, p_te, y_te, num_prototypes=k, config=cfg, seed=seed,
-                             head_dim=s.head_dim, temperature_fraction=s.temperature_fraction)
-                for seed in seeds]
+        logs = [_unit(ckpt, f"{name}/probe/K={k}/seed={seed}", functools.partial(
+            P.ddcl_probe, p_tr, y_tr, p_te, y_te, num_prototypes=k, config=cfg, seed=seed,
+            head_dim=s.head_dim, temperature_fraction=s.temperature_fraction))
+            for seed in seeds]
         probe[label] = [log.test_acc for log in logs]
         probe_train[label] = [log.train_acc for log in logs]
         min_v[label] = min(min(log.v) for log in logs)
@@ -353,20 +376,21 @@ def run_corpus(name: str, settings: TextReadoutSettings, encoder,
     docs = torch.from_numpy(test.mean()).to(device)
     doc_tokens = R.PackedTokens(docs, torch.arange(len(docs) + 1, device=device))
     for k in ks:
-        runs = {
-            "k-means on [CLS]": [R.kmeans_clusters(test.cls(), k, seed, s.kmeans_restarts)
+        def ddcl_labels(data: R.PackedTokens, where: str, k: int, seed: int, **kw) -> np.ndarray:
+            return _unit(ckpt, f"{name}/clusters/{where}/K={k}/seed={seed}", functools.partial(
+                P.ddcl_clusters, data, k, seed=seed, steps=s.cluster_steps,
+                temperature_fraction=s.cluster_temperature_fraction, **kw)).labels
+
+        labelings_of = {
+            "k-means on [CLS]": [P.kmeans_clusters(test.cls(), k, seed, s.kmeans_restarts)
                                  for seed in seeds],
-            "k-means on mean": [R.kmeans_clusters(test.mean(), k, seed, s.kmeans_restarts)
+            "k-means on mean": [P.kmeans_clusters(test.mean(), k, seed, s.kmeans_restarts)
                                 for seed in seeds],
-            "DDCL on tokens": [R.ddcl_clusters(p_te, k, seed=seed, steps=s.cluster_steps,
-                                               max_tokens=s.cluster_tokens,
-                                               temperature_fraction=s.cluster_temperature_fraction)
-                               .labels for seed in seeds],
-            "DDCL on mean": [R.ddcl_clusters(doc_tokens, k, seed=seed, steps=s.cluster_steps,
-                                             temperature_fraction=s.cluster_temperature_fraction)
-                             .labels for seed in seeds],
+            "DDCL on tokens": [ddcl_labels(p_te, "tokens", k, seed, max_tokens=s.cluster_tokens)
+                               for seed in seeds],
+            "DDCL on mean": [ddcl_labels(doc_tokens, "mean", k, seed) for seed in seeds],
         }
-        for method, labelings in runs.items():
+        for method, labelings in labelings_of.items():
             sc = np.array([_scores(y, lab) for lab in labelings])           # (seeds, 4)
             clusters.append(ClusterScore(method, k, *(sc[:, j].tolist() for j in range(4))))
 
@@ -385,11 +409,14 @@ def run(settings: TextReadoutSettings | None = None, *, encoder=None,
     encoder = encoder or load_encoder(s.encoder, device=profile.current().device,
                                       batch_tokens=s.batch_tokens)
     draws = corpora if isinstance(corpora, dict) else {n: None for n in corpora}
-    return TextReadoutResult(s, encoder.name, {n: run_corpus(n, s, encoder, c)
-                                               for n, c in draws.items()})
+    ckpt = runs.RunDir("text_readout", s)
+    result = TextReadoutResult(s, encoder.name, {n: run_corpus(n, s, encoder, c, ckpt=ckpt)
+                                                 for n, c in draws.items()})
+    ckpt.finish({"corpora": list(result.corpora)})
+    return result
 
 
-# ----------------------------------------------------------------------------------- verdict
+# ------------------------------------------------------------------------------- comparisons
 @dataclass(frozen=True)
 class Comparison:
     """DDCL against one baseline on one corpus: mean difference and the margin it must clear.
@@ -431,12 +458,3 @@ def comparisons(result: TextReadoutResult) -> list[Comparison]:
                               float(np.mean(at_c[best].acc) - np.mean(base.acc)),
                               margin(at_c[best].acc, base.acc)))
     return out
-
-
-def d14_verdict(comps: list[Comparison]) -> str:
-    """"reproduced" when DDCL is better in every comparison, "not reproduced" when in none,
-    "qualified" otherwise."""
-    better = sum(c.outcome == "better" for c in comps)
-    if better == len(comps):
-        return "reproduced"
-    return "not reproduced" if better == 0 else "qualified"

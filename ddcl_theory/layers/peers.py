@@ -51,10 +51,10 @@ import torch.nn.functional as nnf
 from torch import Tensor, nn
 
 from ddcl_theory.layers.ddcl import DDCLAttention
-from ddcl_theory.runtime.validate import check_positive_int
+from ddcl_theory.runtime.validate import check_positive_int, valid_tokens
 
 __all__ = ["ReadoutOutput", "SlotAttentionReadout", "PerceiverReadout", "DDCLReadoutAdapter",
-           "SLOT_INITS", "PERCEIVER_SOFTMAX", "check_tokens", "gru_step"]
+           "SLOT_INITS", "PERCEIVER_SOFTMAX", "gru_step"]
 
 SLOT_INITS = ("gaussian", "learned")
 PERCEIVER_SOFTMAX = ("tokens", "latents")
@@ -94,26 +94,6 @@ def _check_positive_float(value: object, name: str) -> float:
 def _work_dtype(*dtypes: torch.dtype) -> torch.dtype:
     """float64 if any of ``dtypes`` is float64, else float32 (the float32 island)."""
     return torch.float64 if torch.float64 in dtypes else torch.float32
-
-
-def check_tokens(x: Tensor, mask: Tensor | None, dim: int) -> Tensor:
-    """Validate x (B, T, dim) and mask (B, T) bool; return the mask (all True when None)."""
-    if not isinstance(x, Tensor) or x.dim() != 3:
-        raise ValueError(f"x: expected shape (B, T, dim={dim}), got "
-                         f"{tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__}")
-    if x.shape[-1] != dim:
-        raise ValueError(f"x: expected feature size dim={dim}, got {x.shape[-1]}")
-    if not x.is_floating_point():
-        raise ValueError(f"x: expected a floating-point tensor, got {x.dtype}")
-    if mask is None:
-        return torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
-    if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
-        raise ValueError(f"mask: expected a bool tensor (True = valid token), got "
-                         f"{mask.dtype if isinstance(mask, Tensor) else type(mask).__name__}")
-    if mask.shape != x.shape[:2]:
-        raise ValueError(f"mask: expected shape (B, T)={tuple(x.shape[:2])}, "
-                         f"got {tuple(mask.shape)}")
-    return mask.to(x.device)
 
 
 def _linear(layer: nn.Linear, x: Tensor) -> Tensor:
@@ -188,6 +168,27 @@ def _zero_empty_rows(valid: Tensor, *tensors: Tensor) -> list[Tensor]:
     return out
 
 
+def _keys_values(x: Tensor, valid: Tensor, work: torch.dtype, norm: nn.LayerNorm,
+                 to_k: nn.Linear, to_v: nn.Linear) -> tuple[Tensor, Tensor, Tensor]:
+    """The shared start of both peers: x (B, T, d) in ``work`` with masked tokens zeroed, and
+    the keys and values k, v (B, T, d) of the layer-normed tokens. Returns (xw, k, v)."""
+    xw = torch.where(valid.unsqueeze(-1), x.to(work), torch.zeros((), dtype=work,
+                                                                  device=x.device))
+    tokens = _norm(norm, xw)
+    return xw, _linear(to_k, tokens), _linear(to_v, tokens)
+
+
+def _readout_output(x: Tensor, valid: Tensor, states: Tensor, attn: Tensor,
+                    vectors: Tensor) -> ReadoutOutput:
+    """The shared end of both peers: rows without a valid token zeroed, ``pooled`` the mean of
+    the S states, everything in x's dtype, no auxiliary loss (zero)."""
+    states, attn, vectors = _zero_empty_rows(valid, states, attn, vectors)
+    pooled = states.mean(dim=1)
+    dt = x.dtype
+    return ReadoutOutput(pooled.to(dt), states.to(dt), attn.to(dt), vectors.to(dt),
+                         x.new_zeros(()))
+
+
 # ------------------------------------------------------------------------------- Slot Attention
 class SlotAttentionReadout(nn.Module):
     """Slot Attention as a readout; see the module docstring for the equations.
@@ -253,17 +254,14 @@ class SlotAttentionReadout(nn.Module):
     def forward(self, x: Tensor, mask: Tensor | None = None,
                 generator: torch.Generator | None = None) -> ReadoutOutput:
         """x (B, T, dim), mask (B, T) bool (True = valid) -> :class:`ReadoutOutput`."""
-        valid = check_tokens(x, mask, self.dim)
+        valid = valid_tokens(x, mask, self.dim)
         if generator is not None and not isinstance(generator, torch.Generator):
             raise ValueError(f"generator: expected a torch.Generator, got "
                              f"{type(generator).__name__}")
         work = _work_dtype(x.dtype, self._param_dtype())
         b, t, d = x.shape
         with torch.autocast(device_type=x.device.type, enabled=False):
-            xw = torch.where(valid.unsqueeze(-1), x.to(work), torch.zeros((), dtype=work,
-                                                                          device=x.device))
-            tokens = _norm(self.norm_tokens, xw)
-            k, v = _linear(self.to_k, tokens), _linear(self.to_v, tokens)     # (B, T, d)
+            xw, k, v = _keys_values(x, valid, work, self.norm_tokens, self.to_k, self.to_v)
             scale = 1.0 / (math.sqrt(d) * self.temperature)
             slots = self.initial(b, work, x.device, generator)                 # (B, S, d)
             attn = xw.new_zeros(b, self.num_slots, t)
@@ -275,11 +273,7 @@ class SlotAttentionReadout(nn.Module):
                 slots = gru_step(self.gru, updates.reshape(-1, d),
                                  slots.reshape(-1, d)).reshape(b, self.num_slots, d)
                 slots = self.mlp(slots)
-            slots, attn = _zero_empty_rows(valid, slots, attn)
-            pooled = slots.mean(dim=1)
-        zero = x.new_zeros(())
-        return ReadoutOutput(pooled.to(x.dtype), slots.to(x.dtype), attn.to(x.dtype),
-                             slots.to(x.dtype), zero)
+            return _readout_output(x, valid, slots, attn, slots)
 
     def extra_repr(self) -> str:
         return (f"dim={self.dim}, num_slots={self.num_slots}, iterations={self.iterations}, "
@@ -326,14 +320,11 @@ class PerceiverReadout(nn.Module):
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> ReadoutOutput:
         """x (B, T, dim), mask (B, T) bool (True = valid) -> :class:`ReadoutOutput`."""
-        valid = check_tokens(x, mask, self.dim)
+        valid = valid_tokens(x, mask, self.dim)
         work = _work_dtype(x.dtype, self.latents.dtype)
         b, t, d = x.shape
         with torch.autocast(device_type=x.device.type, enabled=False):
-            xw = torch.where(valid.unsqueeze(-1), x.to(work), torch.zeros((), dtype=work,
-                                                                          device=x.device))
-            tokens = _norm(self.norm_tokens, xw)
-            k, v = _linear(self.to_k, tokens), _linear(self.to_v, tokens)     # (B, T, d)
+            _, k, v = _keys_values(x, valid, work, self.norm_tokens, self.to_k, self.to_v)
             latents = self.latents.to(work)                                    # (S, d)
             q = _linear(self.to_q, _norm(self.norm_latents, latents))          # (S, d)
             logits = torch.einsum("sd,btd->bst", q, k) / (math.sqrt(d) * self.temperature)
@@ -345,11 +336,7 @@ class PerceiverReadout(nn.Module):
             read = weights @ v                                                 # (B, S, d)
             states = self.mlp(latents.unsqueeze(0) + _linear(self.to_out, read))
             vectors = latents.unsqueeze(0).expand(b, -1, -1)
-            states, attn, vectors = _zero_empty_rows(valid, states, attn, vectors)
-            pooled = states.mean(dim=1)
-        zero = x.new_zeros(())
-        return ReadoutOutput(pooled.to(x.dtype), states.to(x.dtype), attn.to(x.dtype),
-                             vectors.to(x.dtype), zero)
+            return _readout_output(x, valid, states, attn, vectors)
 
     def extra_repr(self) -> str:
         return (f"dim={self.dim}, num_latents={self.num_latents}, "
@@ -378,7 +365,7 @@ class DDCLReadoutAdapter(nn.Module):
         self.dim = dim
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> ReadoutOutput:
-        valid = check_tokens(x, mask, self.dim)
+        valid = valid_tokens(x, mask, self.dim)
         out = self.layer(x, valid)
         protos = self.layer.prototypes[0]                                      # (K, hd)
         b = x.shape[0]

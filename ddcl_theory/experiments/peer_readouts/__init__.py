@@ -1,0 +1,155 @@
+"""DDCL-Attention against its peers, Slot Attention and a Perceiver-style readout (claim D17).
+
+One model, three interchangeable readouts: a per-token MLP encoder, then a readout
+(:class:`~ddcl_theory.layers.peers.DDCLReadoutAdapter`,
+:class:`~ddcl_theory.layers.peers.SlotAttentionReadout` or
+:class:`~ddcl_theory.layers.peers.PerceiverReadout`, all with S slots/latents/prototypes),
+then a linear classifier on the readout's ``pooled`` (B, dim). Loss = cross-entropy
++ ``ddcl_lam`` * L_q for DDCL (the peers have no auxiliary loss). Two Adam optimisers: the
+*bank* (the prototypes, the latent array, the initial slots or the slot mean and log-std) with
+``lr_bank``, everything else with ``lr``.
+
+Collapse is measured on the training set before training (epoch 0) and after every epoch, for
+every readout alike (:mod:`ddcl_theory.metrics.readouts`):
+
+* ``vectors``: the slot/latent/prototype vectors (final slots per sequence for Slot Attention; the
+  learned bank for DDCL and Perceiver) - min/mean pairwise distance, effective rank;
+* ``states``: the per-slot output states (B, S, dim) - same metrics;
+* ``maps``: the attention rows (B, S, T) as S vectors in R^T - two slots that read the same
+  tokens have the same row;
+* ``usage``: fraction of the S that win at least one token, the perplexity of the mean
+  normalised assignment (balance) and the per-token perplexity (S when tokens are shared equally,
+  i.e. no competition).
+
+Starts (``bank_init``): ``"random"`` (each readout's own initialisation; DDCL's prototypes by
+k-means++ on the encoded tokens when ``ddcl_kmeans_init``) or ``"near_equal"``: every learned bank
+starts at one vector plus ``near_equal_noise`` * N(0, 1) per entry, the collapsed state slightly
+perturbed. Whether the perturbation then grows or shrinks is a property of the mechanism. (For
+Slot Attention with ``slot_init="gaussian"`` there is no per-slot bank; its near-equal start is a
+small ``slot_init_std``.)
+
+:func:`inference_cost` times the three readouts (eval mode, no gradient, identical sizes) at
+several sequence lengths in one run, interleaved, and returns time ratios to DDCL. Timings are
+reported, never asserted; :func:`flop_counts` counts the matrix-product FLOPs of the same
+forward passes (deterministic, so usable in a verdict).
+
+The D17 study (:func:`run_study`, also ``run(StudySettings)``, the smoke test's entry) trains the
+three readouts over several seeds on real tasks (:func:`load_task`): SST-2 and 20 Newsgroups
+through the frozen text encoder and the token-embedding cache of the text chapter, and sets of
+orbital-debris objects labelled by the orbit classes they contain (:func:`debris_sets`), and runs
+a mechanism sweep (:data:`SWEEP`: temperature, number of slots, learning rates, near-equal
+starts) on one of them. :func:`sweep_rows` summarises it; the verdict is
+:func:`ddcl_theory.ledger.decisions.peer_readouts.decide_d17`. The collapse
+rule is :meth:`CollapseRecord.collapsed` on the attention rows. DDCL can run at a temperature
+relative to the critical temperature T_c = 2 lambda_max of its projected tokens
+(``ddcl_relative_temperature``; :func:`ddcl_theory.theory.collapse.critical_temperature`);
+every record carries tau / T_c of the *current* tokens.
+
+Modules: :mod:`.settings` (one run's settings), :mod:`.data` (token sets and tasks),
+:mod:`.model` (readouts and the classifier), :mod:`.records` (what is measured per epoch),
+:mod:`.training` (one run, on :func:`ddcl_theory.runtime.training.fit`), :mod:`.cost`
+(timings and FLOPs), :mod:`.study` (the D17 study) and :mod:`.summaries` (its tables).
+"""
+from __future__ import annotations
+
+from ddcl_theory.experiments.peer_readouts import study
+from ddcl_theory.experiments.peer_readouts.cost import (
+    CostResult,
+    flop_counts,
+    inference_cost,
+)
+from ddcl_theory.experiments.peer_readouts.data import (
+    DEBRIS_SUBSETS,
+    TASK_TITLES,
+    TASKS,
+    TaskData,
+    TokenSet,
+    debris_features,
+    debris_sets,
+    load_task,
+    synthetic_tokens,
+    text_sets,
+)
+from ddcl_theory.experiments.peer_readouts.model import (
+    ReadoutClassifier,
+    bank_parameters,
+    build_readout,
+    critical_ratio,
+    ddcl_critical_temperature,
+    ddcl_tokens,
+)
+from ddcl_theory.experiments.peer_readouts.records import (
+    CollapseRecord,
+    PeerResult,
+    ReadoutHistory,
+)
+from ddcl_theory.experiments.peer_readouts.settings import (
+    BANK_INITS,
+    ENCODERS,
+    READOUTS,
+    PeerSettings,
+)
+from ddcl_theory.experiments.peer_readouts.study import (
+    SWEEP,
+    StudyResult,
+    StudySettings,
+    SweepRun,
+    Variant,
+    cost_settings,
+    run,
+    run_study,
+)
+from ddcl_theory.experiments.peer_readouts.summaries import (
+    SweepRow,
+    accuracy,
+    series,
+    sweep_rows,
+)
+from ddcl_theory.experiments.peer_readouts.training import (
+    compare_readouts,
+    train_readout,
+)
+
+__all__ = [
+    "BANK_INITS",
+    "DEBRIS_SUBSETS",
+    "ENCODERS",
+    "READOUTS",
+    "SWEEP",
+    "TASKS",
+    "TASK_TITLES",
+    "CollapseRecord",
+    "CostResult",
+    "PeerResult",
+    "PeerSettings",
+    "ReadoutClassifier",
+    "ReadoutHistory",
+    "StudyResult",
+    "StudySettings",
+    "SweepRow",
+    "SweepRun",
+    "TaskData",
+    "TokenSet",
+    "Variant",
+    "accuracy",
+    "bank_parameters",
+    "build_readout",
+    "compare_readouts",
+    "cost_settings",
+    "critical_ratio",
+    "ddcl_critical_temperature",
+    "ddcl_tokens",
+    "debris_features",
+    "debris_sets",
+    "flop_counts",
+    "inference_cost",
+    "load_task",
+    "run",
+    "run_study",
+    "series",
+    "study",
+    "sweep_rows",
+    "synthetic_tokens",
+    "text_sets",
+    "train_readout",
+]

@@ -1,0 +1,131 @@
+"""What is measured of a readout at each epoch: collapse metrics, usage, accuracies, tau / T_c."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ddcl_theory.experiments.peer_readouts.data import TokenSet
+from ddcl_theory.experiments.peer_readouts.model import (
+    ReadoutClassifier,
+    _trim,
+    critical_ratio,
+)
+from ddcl_theory.experiments.peer_readouts.settings import PeerSettings
+from ddcl_theory.layers.peers import DDCLReadoutAdapter
+from ddcl_theory.metrics import readouts as rm
+
+
+@dataclass(frozen=True)
+class CollapseRecord:
+    """Measurements of one readout at one epoch (epoch 0 = before training)."""
+
+    epoch: int
+    loss: float                        # mean training cross-entropy of the epoch (nan at 0)
+    train_acc: float
+    test_acc: float                    # nan without a test set
+    vectors: rm.CollapseMetrics
+    states: rm.CollapseMetrics
+    maps: rm.CollapseMetrics
+    fraction_used: float
+    perplexity: float
+    token_perplexity: float
+    critical_ratio: float = float("nan")   # DDCL: tau / T_c of its current tokens (nan: peers)
+
+    def collapsed(self, part: str = "maps") -> bool:
+        """The stated collapse rule (:meth:`CollapseMetrics.collapsed`) on ``part``: "maps"
+        (the S attention rows: do the slots read different tokens?), "states" or "vectors"."""
+        if part not in ("maps", "states", "vectors"):
+            raise ValueError(f"part: expected 'maps', 'states' or 'vectors', got {part!r}")
+        return getattr(self, part).collapsed()
+
+
+@dataclass
+class ReadoutHistory:
+    """Per-epoch records of one readout trained from ``settings.seed``."""
+
+    kind: str
+    records: list[CollapseRecord] = field(default_factory=list)
+
+    def series(self, name: str) -> np.ndarray:
+        """One number per epoch: a field (``"test_acc"``) or a metric (``"vectors.effective_rank"``,
+        ``"maps.relative_min_distance"``, ...)."""
+        out = []
+        for rec in self.records:
+            value = rec
+            for part in name.split("."):
+                if not hasattr(value, part):
+                    raise ValueError(f"name: {name!r} is not a field of CollapseRecord")
+                value = getattr(value, part)
+            out.append(float(value))
+        return np.array(out)
+
+    @property
+    def final(self) -> CollapseRecord:
+        return self.records[-1]
+
+
+@dataclass
+class PeerResult:
+    """The histories of every readout of ``settings.readouts`` (same data, same seed)."""
+
+    settings: PeerSettings
+    histories: dict[str, ReadoutHistory]
+
+
+@torch.no_grad()
+def _measure(model: ReadoutClassifier, data: TokenSet, test: TokenSet | None, epoch: int,
+             loss: float, s: PeerSettings, final: bool = False) -> CollapseRecord:
+    model.eval()
+    gen_seed = s.seed + 10_007                                          # fixed noise for eval
+
+    def evaluate(d: TokenSet, keep: bool):
+        gen = torch.Generator(device=d.tokens.device).manual_seed(gen_seed)
+        correct, outs = 0, []
+        for start in range(0, d.tokens.shape[0], s.eval_batch):
+            sl = slice(start, start + s.eval_batch)
+            x, m = _trim(d.tokens[sl], d.mask[sl])
+            lg, out = model(x, m, generator=gen)
+            correct += int((lg.argmax(-1) == d.labels[sl]).sum())
+            if keep:
+                rows = m.any(1)
+                outs.append((out, m, rows))
+        return correct / d.tokens.shape[0], outs
+
+    if 0 < s.measure_sequences < data.tokens.shape[0]:
+        sl = slice(0, s.measure_sequences)
+        data = TokenSet(data.tokens[sl], data.mask[sl], data.labels[sl])
+    train_acc, outs = evaluate(data, True)
+    test_acc = float("nan")
+    if test is not None and (s.test_every_epoch or final):
+        test_acc = evaluate(test, False)[0]
+    # metrics batch by batch (a batch's maps are (b, S, T_batch)), then token/sequence means
+    parts: dict[str, list[tuple[rm.CollapseMetrics, int]]] = {"vectors": [], "states": [],
+                                                              "maps": []}
+    cols = []
+    for out, m, rows in outs:
+        if not bool(rows.any()):
+            continue
+        n = int(rows.sum())
+        for name, field_ in (("vectors", "vectors"), ("states", "states"), ("maps", "attention")):
+            parts[name].append((rm.collapse_metrics(getattr(out, field_)[rows]), n))
+        attn = out.attention[rows].transpose(1, 2)[m[rows]]            # (tokens, S)
+        cols.append(attn)
+    use = rm.map_usage(torch.cat(cols).T[None], None)
+    ratio = float("nan")
+    if isinstance(model.readout, DDCLReadoutAdapter):
+        ratio = critical_ratio(model, data)
+    model.train()
+    return CollapseRecord(epoch, loss, train_acc, test_acc, *(_mean_metrics(parts[k]) for k in
+                                                             ("vectors", "states", "maps")),
+                          use.fraction_used, use.perplexity, use.token_perplexity, ratio)
+
+
+def _mean_metrics(parts: list[tuple[rm.CollapseMetrics, int]]) -> rm.CollapseMetrics:
+    """Sequence-weighted means of per-batch :class:`CollapseMetrics` (each a batch mean)."""
+    w = np.array([n for _, n in parts], dtype=np.float64)
+    mean = lambda name: float(np.dot(w, [getattr(c, name) for c, _ in parts]) / w.sum())
+    return rm.CollapseMetrics(mean("min_distance"), mean("mean_distance"),
+                              mean("effective_rank"), mean("scale"),
+                              mean("relative_min_distance"), parts[0][0].count)

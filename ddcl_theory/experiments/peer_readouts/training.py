@@ -1,0 +1,131 @@
+"""Training one readout (:func:`train_readout`) through the one training loop
+(:func:`ddcl_theory.runtime.training.fit`), and every readout on one data set
+(:func:`compare_readouts`)."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from ddcl_theory.experiments.peer_readouts.data import TokenSet
+from ddcl_theory.experiments.peer_readouts.model import (
+    ReadoutClassifier,
+    _trim,
+    bank_parameters,
+    build_readout,
+    ddcl_critical_temperature,
+    near_equal_,
+)
+from ddcl_theory.experiments.peer_readouts.records import (
+    PeerResult,
+    ReadoutHistory,
+    _measure,
+)
+from ddcl_theory.experiments.peer_readouts.settings import READOUTS, PeerSettings
+from ddcl_theory.runtime import profile, runs
+from ddcl_theory.runtime.progress import progress
+from ddcl_theory.runtime.training import fit
+
+
+class _NonFinite(Exception):
+    """Raised after the record of an epoch whose last loss was not finite (training stops)."""
+
+
+def _initial_model(kind: str, data: TokenSet, s: PeerSettings, n_classes: int,
+                   gen: torch.Generator) -> ReadoutClassifier:
+    """The model before training: DDCL's prototypes from k-means++ on the encoded tokens and
+    its temperature relative to T_c (when the settings ask), near-equal banks (when asked)."""
+    model = ReadoutClassifier(data.tokens.shape[-1], build_readout(kind, s), s.dim, s.hidden,
+                              n_classes, encoder=s.encoder)
+    if kind == "ddcl" and s.ddcl_kmeans_init:
+        with torch.no_grad():
+            z = model.encoder(data.tokens)
+            model.readout.layer.init_prototypes_from(z, data.mask, generator=gen)
+    if kind == "ddcl" and s.ddcl_relative_temperature > 0:
+        t_c = ddcl_critical_temperature(model, data)
+        model.readout.layer.set_temperature(max(s.ddcl_relative_temperature * t_c, 1e-12))
+    if s.bank_init == "near_equal":
+        for bank in bank_parameters(model.readout):
+            if bank.dim() >= 2 and bank.shape[-2] > 1:
+                near_equal_(bank, s.near_equal_noise, gen)
+    return model
+
+
+def train_readout(kind: str, data: TokenSet, settings: PeerSettings | None = None,
+                  test: TokenSet | None = None, *, run: runs.RunDir | None = None,
+                  name: str = "state") -> ReadoutHistory:
+    """Train encoder + readout ``kind`` + classifier on ``data``; record collapse per epoch.
+
+    Two Adam optimisers (the bank at ``lr_bank``, the rest at ``lr``), cross-entropy
+    (+ ``ddcl_lam`` * L_q for DDCL), one epoch per round of
+    :func:`~ddcl_theory.runtime.training.fit`; ``run`` and ``name`` keep its checkpoints (a
+    killed run resumes at its last epoch). Training stops after an epoch whose last loss is
+    not finite.
+    """
+    s = settings or PeerSettings.from_profile()
+    if kind not in READOUTS:
+        raise ValueError(f"kind: expected one of {READOUTS}, got {kind!r}")
+    if not isinstance(data, TokenSet) or (test is not None and not isinstance(test, TokenSet)):
+        raise ValueError("data, test: expected TokenSet instances (see synthetic_tokens)")
+    gen = profile.seed_everything(s.seed)
+    device = profile.current().device
+    n_classes = int(data.labels.max()) + 1
+    if test is not None:
+        n_classes = max(n_classes, int(test.labels.max()) + 1)
+        if test.tokens.shape[-1] != data.tokens.shape[-1]:
+            raise ValueError(f"test: expected feature size {data.tokens.shape[-1]}, "
+                             f"got {test.tokens.shape[-1]}")
+    model = _initial_model(kind, data, s, n_classes, gen)
+    model.to(device)
+    move = lambda d: None if d is None else TokenSet(d.tokens.to(device), d.mask.to(device),
+                                                     d.labels.to(device))
+    data, test = move(data), move(test)
+    bank = bank_parameters(model.readout)
+    bank_ids = {id(p) for p in bank}
+    rest = [p for p in model.parameters() if id(p) not in bank_ids]
+    optimizers = [torch.optim.Adam(bank, lr=s.lr_bank), torch.optim.Adam(rest, lr=s.lr)]
+    hist = ReadoutHistory(kind)
+    hist.records.append(_measure(model, data, test, 0, float("nan"), s))
+    n = data.tokens.shape[0]
+    ce_losses: list[float] = []                     # this epoch's cross-entropies
+
+    def batches(_epoch: int):
+        ce_losses.clear()
+        order = torch.randperm(n, generator=gen).to(device)
+        return [order[start:start + s.batch_size] for start in range(0, n, s.batch_size)]
+
+    def loss(forward, idx):
+        x, m = _trim(data.tokens[idx], data.mask[idx])
+        logits, out = forward(x, m)
+        ce = nn.functional.cross_entropy(logits, data.labels[idx])
+        ce_losses.append(float(ce.detach()))
+        return ce + s.ddcl_lam * out.aux_loss if kind == "ddcl" else ce
+
+    def end_of_round(r: int) -> dict:
+        stop = not np.isfinite(ce_losses[-1])
+        record = _measure(model, data, test, r + 1, float(np.mean(ce_losses)), s,
+                          final=stop or r + 1 == s.epochs)
+        hist.records.append(record)
+        if stop:
+            raise _NonFinite
+        return {"record": record}
+
+    try:
+        log = fit(model, optimizers, rounds=s.epochs, batches=batches, loss=loss,
+                  device=device, run=run, name=name, generators={"gen": gen},
+                  end_of_round=end_of_round, desc=f"{kind} epochs")
+    except _NonFinite:
+        if run is not None:
+            run.clear_state(name)
+        return hist
+    hist.records[1:] = [m["record"] for m in log.metrics]      # also the epochs resumed past
+    return hist
+
+
+def compare_readouts(data: TokenSet, settings: PeerSettings | None = None,
+                     test: TokenSet | None = None) -> PeerResult:
+    """Train every readout of ``settings.readouts`` on ``data`` from the same seed."""
+    s = settings or PeerSettings.from_profile()
+    histories = {kind: train_readout(kind, data, s, test)
+                 for kind in progress(s.readouts, desc="readouts")}
+    return PeerResult(s, histories)
