@@ -49,7 +49,8 @@ smoke: data
 check-goldens: setup
 	$(VENV)/python -m ddcl_theory.ledger.goldens check
 
-## Open the built pages in headless Chromium and check that formulas typeset.
+## Open the built pages in headless Chromium: formulas typeset, code and output blocks fit the
+## column at 1400 px, no page scrolls sideways at 390 px.
 check-render: setup
 	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
 	DDCL_REQUIRE_BUILT_BOOK=1 $(VENV)/python -m pytest tests/test_rendered_book.py -m browser

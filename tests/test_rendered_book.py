@@ -1,5 +1,7 @@
 """The built book, opened in a real headless browser: formulas typeset offline, no errors, the
-claims ledger fits the window, and no button points to a repository the book does not have.
+claims ledger fits the window, every code and output block fits the text column at 1400 px and
+no page scrolls sideways on a phone (390 px), and no button points to a repository the book does
+not have. Each layout measure has a control that must fail (a too wide table, code block, page).
 
 Run after `make book` with `make check-render` (sets DDCL_REQUIRE_BUILT_BOOK=1 so that a missing
 build or a missing browser fails instead of skipping). `DDCL_BOOK_HTML` points the tests at
@@ -113,11 +115,34 @@ body {{ margin: 0; }} iframe {{ border: 0; display: block; }}</style></head><bod
         yield framed
 
 
-# Runs once MathJax has typeset (formulas change widths), then measures the ledger table and a
-# deliberately too wide table put where the ledger is (the control: the measure must see that
-# one overflow), and writes the numbers into the DOM as JSON.
-MEASURE_JS = r"""
+def in_page(run: str) -> str:
+    """A script for a page: once MathJax has typeset (formulas change widths), call the
+    JavaScript function expression ``run`` and post what it returns, as JSON, to the parent
+    frame ({"error": ...} when it throws)."""
+    return r"""
 (function () {
+  var run = RUN;
+  function go() {
+    var out;
+    try { out = run(); } catch (e) { out = {error: String(e)}; }
+    parent.postMessage(JSON.stringify(out), "*");
+  }
+  var waited = 0;
+  (function wait() {
+    var mj = window.MathJax && window.MathJax.startup && window.MathJax.startup.promise;
+    if (mj) { mj.then(function () { setTimeout(go, 300); }); return; }
+    waited += 100;
+    if (waited > 8000) { go(); return; }
+    setTimeout(wait, 100);
+  })();
+})();
+""".replace("RUN", run)
+
+
+# Measures the ledger table and a deliberately too wide table put where the ledger is (the
+# control: the measure must see that one overflow).
+MEASURE_JS = r"""
+function () {
   function measure(table) {
     var box = table.parentElement;
     var article = document.querySelector("article.bd-article") || document.body;
@@ -125,60 +150,160 @@ MEASURE_JS = r"""
     return {tableLeft: t.left, tableRight: t.right, articleLeft: a.left, articleRight: a.right,
             boxScrollWidth: box.scrollWidth, boxClientWidth: box.clientWidth};
   }
-  function report(out) {
-    parent.postMessage(JSON.stringify(out), "*");
+  var out = {innerWidth: window.innerWidth};
+  var root = document.documentElement;
+  out.pageScrollWidth = root.scrollWidth;
+  out.pageClientWidth = root.clientWidth;
+  var ledger = document.querySelector(SELECTOR);
+  out.ledger = ledger ? measure(ledger) : null;
+  if (ledger) {
+    var wrapper = document.createElement(ledger.parentElement.tagName);
+    wrapper.className = ledger.parentElement.className;
+    var wide = document.createElement("table");
+    wide.className = "table";
+    wide.innerHTML = "<tbody><tr><td>D0</td><td>" + "unbreakable".repeat(300) + "</td></tr></tbody>";
+    wrapper.appendChild(wide);
+    ledger.parentElement.after(wrapper);
+    out.tooWide = measure(wide);
+    wrapper.remove();
   }
-  function run() {
-    var out = {innerWidth: window.innerWidth};
-    try {
-      var root = document.documentElement;
-      out.pageScrollWidth = root.scrollWidth;
-      out.pageClientWidth = root.clientWidth;
-      var ledger = document.querySelector(SELECTOR);
-      out.ledger = ledger ? measure(ledger) : null;
-      if (ledger) {
-        var wrapper = document.createElement(ledger.parentElement.tagName);
-        wrapper.className = ledger.parentElement.className;
-        var wide = document.createElement("table");
-        wide.className = "table";
-        wide.innerHTML = "<tbody><tr><td>D0</td><td>" + "unbreakable".repeat(300) + "</td></tr></tbody>";
-        wrapper.appendChild(wide);
-        ledger.parentElement.after(wrapper);
-        out.tooWide = measure(wide);
-        wrapper.remove();
-      }
-    } catch (e) { out.error = String(e); }
-    report(out);
-  }
-  var waited = 0;
-  (function wait() {
-    var mj = window.MathJax && window.MathJax.startup && window.MathJax.startup.promise;
-    if (mj) { mj.then(function () { setTimeout(run, 300); }); return; }
-    waited += 100;
-    if (waited > 8000) { run(); return; }
-    setTimeout(wait, 100);
-  })();
-})();
+  return out;
+}
 """
+
+
+def _measure(page: Path, window: tuple[int, int], run: str, shot: str = "",
+             fragment: str = "") -> dict:
+    """What the JavaScript function ``run`` returns on ``page`` in a viewport of ``window`` px
+    (an iframe of exactly that size); with ``DDCL_SCREENSHOT_DIR`` set and ``shot`` given, also
+    a screenshot (three windows tall) named ``shot``."""
+    width, height = window
+    chrome_window = (max(width, 500), height)
+    with with_script(page, in_page(run)) as probe:
+        with in_frame(probe, width, height) as framed:
+            dom = render(framed, window=chrome_window)
+        if SCREENSHOTS and shot:
+            path = Path(SCREENSHOTS) / shot
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with in_frame(probe, width, 3 * height, fragment=fragment) as framed:
+                _chromium(framed, f"--screenshot={path}", window=(chrome_window[0], 3 * height))
+    found = re.search(r'<div id="ddcl-measure"[^>]*>(.*?)</div>', dom, flags=re.S)
+    assert found, f"{page.name}: the measuring script did not report (page scripts failed?)"
+    out = json.loads(html.unescape(found.group(1)))
+    assert "error" not in out, out.get("error")
+    return out
 
 
 def measure_table(page: Path, window: tuple[int, int], selector: str = "table.ddcl-ledger") -> dict:
     """Widths (CSS px) of the table ``selector`` on ``page`` in a viewport of ``window`` px."""
-    width, height = window
-    chrome_window = (max(width, 500), height)
-    with with_script(page, MEASURE_JS.replace("SELECTOR", json.dumps(selector))) as probe:
-        with in_frame(probe, width, height) as framed:
-            dom = render(framed, window=chrome_window)
-        if SCREENSHOTS:
-            shot = Path(SCREENSHOTS) / f"{page.stem}-{width}px.png"
-            shot.parent.mkdir(parents=True, exist_ok=True)
-            with in_frame(probe, width, 3 * height, fragment="ledger-table") as framed:
-                _chromium(framed, f"--screenshot={shot}", window=(chrome_window[0], 3 * height))
-    found = re.search(r'<div id="ddcl-measure"[^>]*>(.*?)</div>', dom, flags=re.S)
-    assert found, "the measuring script did not report (page scripts failed?)"
-    out = json.loads(html.unescape(found.group(1)))
-    assert "error" not in out, out.get("error")
-    return out
+    return _measure(page, window, MEASURE_JS.replace("SELECTOR", json.dumps(selector)),
+                    shot=f"{page.stem}-{window[0]}px.png", fragment="ledger-table")
+
+
+# Every code-input and output block of a chapter (folded ones opened first): how far (px) its
+# content is wider than the block or any box inside it, or the block sticks out of the article
+# column; and whether the page as a whole scrolls sideways. The controls: a code block with one
+# very long line put into the article, and a too wide figure, must both be seen overflowing.
+BLOCKS_JS = r"""
+function () {
+  var article = document.querySelector("article.bd-article") || document.body;
+  function overflowOf(block) {
+    var worst = 0;
+    [block].concat(Array.prototype.slice.call(block.querySelectorAll("pre, div, table")))
+      .forEach(function (el) {
+        if (el.clientWidth > 0) { worst = Math.max(worst, el.scrollWidth - el.clientWidth); }
+      });
+    var a = article.getBoundingClientRect(), b = block.getBoundingClientRect();
+    return Math.max(worst, Math.round(b.right - a.right), Math.round(a.left - b.left));
+  }
+  function pageOverflow() {
+    var root = document.documentElement;
+    return root.scrollWidth - root.clientWidth;
+  }
+  Array.prototype.forEach.call(document.querySelectorAll("details"), function (d) {
+    d.open = true;
+  });
+  var cells = Array.prototype.slice.call(document.querySelectorAll("div.cell"));
+  var out = {innerWidth: window.innerWidth, pageOverflow: pageOverflow(), blocks: []};
+  Array.prototype.forEach.call(document.querySelectorAll("div.cell_input, div.cell_output"),
+    function (block) {
+      var first = (block.innerText || "").trim().split("\n")[0].slice(0, 70);
+      out.blocks.push({cell: cells.indexOf(block.closest("div.cell")) + 1,
+                       kind: block.classList.contains("cell_input") ? "input" : "output",
+                       overflow: overflowOf(block), text: first});
+    });
+  var cell = document.createElement("div");
+  cell.className = "cell docutils container";
+  cell.innerHTML = '<div class="cell_input docutils container"><div class="highlight-ipython3 ' +
+    'notranslate"><div class="highlight"><pre>x = ' + "1 + ".repeat(150) + '1</pre></div></div></div>';
+  article.appendChild(cell);
+  out.controlBlock = overflowOf(cell.firstChild);
+  cell.remove();
+  var wide = document.createElement("div");
+  wide.style.width = (window.innerWidth + 600) + "px";
+  wide.style.height = "10px";
+  article.appendChild(wide);
+  out.controlPage = pageOverflow();
+  wide.remove();
+  return out;
+}
+"""
+
+
+def measure_blocks(page: Path, window: tuple[int, int]) -> dict:
+    """Overflow (px) of every code-input and output block of ``page`` and of the page itself,
+    in a viewport of ``window`` px, with the two controls (see BLOCKS_JS)."""
+    return _measure(page, window, BLOCKS_JS, shot=f"blocks-{page.stem}-{window[0]}px.png")
+
+
+def _toc_pages() -> list[str]:
+    """Every page of the book (``book/intro.html``, ``notebooks/ledger.html``, ...) by the TOC."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    files = [toc["root"]] + [c["file"] for part in toc.get("parts", [])
+                             for c in part.get("chapters", [])]
+    return [f"{name}.html" for name in files]
+
+
+BOOK_PAGES = _toc_pages()
+
+
+def _too_wide(blocks: list[dict]) -> list[str]:
+    """The blocks that overflow, widest first, as ``cell N input: P px ('first line')``."""
+    wide = sorted((b for b in blocks if b["overflow"] > 0), key=lambda b: -b["overflow"])
+    return [f"cell {b['cell']} {b['kind']}: {b['overflow']} px ({b['text']!r})" for b in wide]
+
+
+@pytest.mark.parametrize("page", BOOK_PAGES)
+def test_code_and_output_blocks_fit_the_column_at_desktop_width(html_dir, page):
+    """At 1400 px no code-input or output block is wider than the text column or scrolls
+    sideways inside itself (folded cells opened), and the page does not scroll sideways. The
+    control code block with a 600-character line must be measured as overflowing."""
+    path = html_dir / page
+    _need(path.is_file(), f"{page} was not built")
+    width, height = WINDOWS["desktop"]
+    m = measure_blocks(path, (width, height))
+    assert m["innerWidth"] == width, f"the browser window is {m['innerWidth']} px, not {width}"
+    assert m["controlBlock"] > 100, f"the measure missed a too wide code block: {m['controlBlock']}"
+    too_wide = _too_wide(m["blocks"])
+    assert not too_wide, f"{page}: {len(too_wide)} blocks overflow at {width} px:\n" + "\n".join(
+        too_wide)
+    assert m["pageOverflow"] <= 0, f"{page} scrolls sideways at {width} px by {m['pageOverflow']}"
+
+
+@pytest.mark.parametrize("page", BOOK_PAGES)
+def test_no_page_scrolls_sideways_on_a_phone(html_dir, page):
+    """At 390 px the page as a whole never scrolls sideways (a code block may scroll inside
+    itself). The control, an element wider than the window put into the article, must be
+    measured as making the page scroll."""
+    path = html_dir / page
+    _need(path.is_file(), f"{page} was not built")
+    width, height = WINDOWS["phone"]
+    m = measure_blocks(path, (width, height))
+    assert m["innerWidth"] == width, f"the browser window is {m['innerWidth']} px, not {width}"
+    assert m["controlPage"] > 100, f"the measure missed a too wide page: {m['controlPage']}"
+    assert m["pageOverflow"] <= 0, (
+        f"{page} scrolls sideways at {width} px by {m['pageOverflow']} px; widest blocks: "
+        + "; ".join(_too_wide(m["blocks"])[:5]))
 
 
 def overflow(box: dict) -> float:
@@ -273,4 +398,5 @@ def test_no_repository_or_launch_buttons_without_a_repository_url(html_dir):
         marks = [m for m in REPOSITORY_BUTTON_MARKS if m in text]
         assert not marks, f"{page.relative_to(html_dir)}: {marks}"
     chapter = (html_dir / LEDGER).read_text(encoding="utf-8")
-    assert "btn-download-notebook-button" in chapter
+    # executing build: a notebook button; committed-outputs build: the source is the .ipynb
+    assert re.search(r'href="[^"]*_sources/notebooks/ledger\.ipynb"', chapter), "no .ipynb download"
