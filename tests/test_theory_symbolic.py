@@ -22,7 +22,8 @@ def test_is_zero_on_tuples_and_matrices():
 
 
 def test_compare_is_name_by_name_and_keeps_the_computed_values():
-    r = compare("limits", {"a": sp.Integer(1), "b": X - X}, {"a": sp.Integer(1), "b": sp.Integer(0)})
+    r = compare("limits", {"a": sp.Integer(1), "b": X - X},
+                {"a": sp.Integer(1), "b": sp.Integer(0)})
     assert r.holds is True and r.details == {"a": 1, "b": 0} and r.residual == sp.Tuple(0, 0)
     assert compare("wrong", {"a": X}, {"a": sp.Integer(0)}).holds is False
     with pytest.raises(ValueError, match="computed"):

@@ -346,8 +346,8 @@ class OperationCounts:
 
     DDCL (losses included): 4 T dim H d_h + 2 dim H d_h + 2 T K H (2 d_h + 1)
     + H (2 T K^2 + 2 K^2 d_h): token maps, the pooled summary's map, distances + centroids + L_q
-    (shared by output and losses), and V's pairwise form; self-attention (nn.MultiheadAttention, weights path):
-    8 T dim^2 + 4 T^2 dim.
+    (shared by output and losses), and V's pairwise form; self-attention
+    (nn.MultiheadAttention, weights path): 8 T dim^2 + 4 T^2 dim.
     """
 
     seq_lens: list[int]

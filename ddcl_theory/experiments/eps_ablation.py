@@ -1,7 +1,7 @@
 """The learning-rate-ratio ablation (claim D9) and the linear analysis on real tokens (D8).
 
-:func:`linear_analysis` builds :class:`~ddcl_theory.theory.coupled_model.CoupledModel` on PCA-reduced
-CIFAR-10 patch tokens, finds its equilibria in float64 and computes the spectra of J(eps).
+:func:`linear_analysis` builds :class:`~ddcl_theory.theory.coupled_model.CoupledModel` on
+PCA-reduced CIFAR-10 patch tokens, finds its equilibria in float64 and computes the spectra of J(eps).
 
 Joint training of a per-token MLP encoder, a one-head DDCL layer and a linear classifier on the
 layer's ``pooled`` output, on CIFAR-10 patch tokens. Loss = cross-entropy + lam * L_q. Two
@@ -66,7 +66,8 @@ def cifar_tokens(n_train_per_class: int, n_test: int, *, patch: int = 8,
     Labels are re-indexed 0..len(classes)-1 in the order of ``classes``.
     """
     if n_train_per_class < 1 or n_test < 1:
-        raise ValueError(f"n_train_per_class, n_test: expected >= 1, got {n_train_per_class}, {n_test}")
+        raise ValueError(f"n_train_per_class, n_test: expected >= 1, got {n_train_per_class}, "
+                         f"{n_test}")
     images = ddata.load_cifar10()
     classes = tuple(range(len(images.label_names))) if classes is None else tuple(classes)
     remap = {c: i for i, c in enumerate(classes)}
@@ -205,7 +206,8 @@ class AblationResult:
         finite = [r for r in self.runs if not r.diverged]
         return {
             "diverged": int(sum(r.diverged for r in self.runs)),
-            "separation": int(sum(r.separation_ratio[-1] < COLLAPSE_SEPARATION_RATIO for r in finite)),
+            "separation": int(sum(r.separation_ratio[-1] < COLLAPSE_SEPARATION_RATIO
+                                  for r in finite)),
             "perplexity": int(sum(r.perplexity[-1] < COLLAPSE_PERPLEXITY for r in finite)),
         }
 
@@ -393,7 +395,8 @@ class LinearResult:
     reports: dict[str, EquilibriumReport]
 
 
-def _report(model: cm.CoupledModel, name: str, objective: str, eq: cm.Equilibrium) -> EquilibriumReport:
+def _report(model: cm.CoupledModel, name: str, objective: str,
+            eq: cm.Equilibrium) -> EquilibriumReport:
     ce, l_q, _ = model.terms(eq.w)
     sep = float(protos.separation(model.unflatten(eq.w)["P"], "min"))
     return EquilibriumReport(name, objective, eq, model.game_hessian(eq.w, objective), sep,
