@@ -12,6 +12,8 @@ fi
 stamp=".venv/.installed-$(cat requirements.txt constraints.txt pyproject.toml | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
   echo "setup: installing requirements (about 2 minutes on a fresh machine)"
+  # The pinned environment first (its CPU torch), then the package without resolving its
+  # dependencies again: pyproject.toml declares ranges for library users, not the book's pins.
   .venv/bin/pip install -q -r requirements.txt -c constraints.txt
   .venv/bin/pip install -q --no-deps -e .
   rm -f .venv/.installed-*
