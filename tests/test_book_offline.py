@@ -143,3 +143,5 @@ def test_banner_names_the_missing_data_and_the_way_to_get_it():
     assert committed_outputs.BANNER_CLASS in text
     with pytest.raises(ValueError, match="missing"):
         committed_outputs.banner_html(" , ")
+    asked = committed_outputs.banner_html(committed_outputs.REQUESTED)
+    assert "COMMITTED=1" in asked and "Missing data" not in asked

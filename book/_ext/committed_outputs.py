@@ -13,20 +13,27 @@ import html
 
 #: CSS class of the banner's text (tests look for it in every page).
 BANNER_CLASS = "ddcl-committed-outputs"
+#: the config value of a committed-outputs build asked for with the data present (COMMITTED=1)
+REQUESTED = "requested"
 
 
 def banner_html(missing: str) -> str:
-    """The banner's HTML for the comma-separated data set names ``missing`` (non-empty)."""
+    """The banner's HTML for the comma-separated data set names ``missing`` (non-empty), or
+    for :data:`REQUESTED` (built from the committed outputs on request)."""
     missing = ", ".join(part.strip() for part in str(missing).split(",") if part.strip())
     if not missing:
         raise ValueError("missing: expected the names of the missing data sets, got nothing")
+    if missing == REQUESTED:
+        why = "This build was asked to show them (<code>make book COMMITTED=1</code>)."
+    else:
+        why = f"Missing data: {html.escape(missing)}."
     return (
         f'<span class="{BANNER_CLASS}"><strong>Committed outputs.</strong> This build did not '
         "run the chapters: every output, figure, number and verdict shown is the one committed "
-        "with the book (the executed notebooks of the cpu profile). Missing data: "
-        f"{html.escape(missing)}. To run the chapters yourself, get the data "
-        "(<code>make data</code> fetches it, or set <code>DDCL_DATA_DIR</code> to a folder that "
-        "holds it; see the README) and run <code>make book</code> again.</span>")
+        f"with the book (the executed notebooks of the cpu profile). {why} To run the chapters "
+        "yourself, get the data (<code>make data</code> fetches it, or set "
+        "<code>DDCL_DATA_DIR</code> to a folder that holds it; see the README) and run "
+        "<code>make book</code> again.</span>")
 
 
 def _on_config_inited(app, config) -> None:
