@@ -57,6 +57,15 @@ class Profile:
         return cpu
 
 
+def env_flag(name: str, default: bool) -> bool:
+    """The boolean environment switch ``name``: unset or blank -> ``default``; ``0``, ``false``,
+    ``no``, ``off`` (any case) -> False; anything else -> True."""
+    value = os.environ.get(name)
+    if value is None or not value.strip():
+        return default
+    return value.strip().lower() not in ("0", "false", "no", "off")
+
+
 def current() -> Profile:
     """Read the profile from ``DDCL_PROFILE``; raise on an unknown name."""
     name = os.environ.get(PROFILE_ENV, DEFAULT_PROFILE).strip().lower() or DEFAULT_PROFILE
