@@ -4,8 +4,9 @@ Tokens are CIFAR-10 image patches (non-overlapping ``patch`` x ``patch`` x 3), c
 projected on their first ``dim`` principal components. A bank of K prototypes starts at the
 data mean above the critical temperature T_c = 2 lambda_max(C); the temperature falls
 geometrically and, at each temperature, the bank gets a tiny fresh perturbation and then
-fixed-point (EM) steps until it stops moving (at most ``max_iters``); no EM step increases F_tau. The record shows when
-the bank splits into 2, 3, ... distinct groups.
+fixed-point (EM) steps until it stops moving (at most ``max_iters``); no EM step increases
+F_tau. The record shows when the bank splits into 2, 3, ... distinct groups. The state is
+checkpointed after every temperature (no optimiser: EM steps, not :func:`fit`).
 """
 from __future__ import annotations
 
@@ -91,7 +92,8 @@ class AnnealingResult:
 def patch_tokens(n_tokens: int, patch: int, dim: int, seed: int) -> tuple[torch.Tensor, str]:
     """(tokens (n_tokens, dim) float64, source): random CIFAR-10 patches, PCA-projected."""
     if n_tokens < 2 or dim < 1:
-        raise ValueError(f"n_tokens, dim: expected n_tokens >= 2 and dim >= 1, got {n_tokens}, {dim}")
+        raise ValueError(f"n_tokens, dim: expected n_tokens >= 2 and dim >= 1, got {n_tokens}, "
+                         f"{dim}")
     data = load_cifar10()
     patches = image_patches(data.x_train, patch).reshape(-1, patch * patch * data.x_train.shape[-1])
     rng = np.random.default_rng(seed)

@@ -64,7 +64,8 @@ class Trajectory:
     entropy: np.ndarray
 
     def max_rise(self, which: str = "free_energy") -> float:
-        """Largest single-step increase of ``which`` (``free_energy`` or ``lyapunov``); <= 0 if none."""
+        """Largest single-step increase of ``which`` (``free_energy`` or ``lyapunov``);
+        <= 0 if none."""
         if which not in ("free_energy", "lyapunov"):
             raise ValueError(f"which: expected 'free_energy' or 'lyapunov', got {which!r}")
         return float(np.diff(getattr(self, which)).max())

@@ -53,7 +53,8 @@ def collapsed(z: Tensor, k: int) -> Tensor:
     return z.detach().to(torch.float64).mean(0, keepdim=True).repeat(k, 1)
 
 
-def collapse_hessian_eigenvalues(z: Tensor, k: int, temperature: Temperature) -> tuple[Tensor, Tensor]:
+def collapse_hessian_eigenvalues(z: Tensor, k: int,
+                                 temperature: Temperature) -> tuple[Tensor, Tensor]:
     """Predicted Hessian eigenvalues of F_tau at collapse: (translation (d,), zero-sum (d,)).
 
     translation: 2N/K, d times. zero-sum: (2N/K)(1 - 2 lambda_i / tau), i = 1..d ascending, each

@@ -105,7 +105,8 @@ def prove_decomposition_general_k() -> SymbolicCheck:
 
 
 def prove_cross_term_vanishes() -> SymbolicCheck:
-    """The cross term 2 (z - mu) sum_k q_k (mu - p_k) of the expansion around mu is 0 (symbolic K)."""
+    """The cross term 2 (z - mu) sum_k q_k (mu - p_k) of the expansion around mu is 0
+    (symbolic K)."""
     mu = _sum(_q[_j] * _p[_j], _j)
     cross = 2 * (_z - mu) * _sum(_q[_k] * (mu - _p[_k]))
     general, residual = _use_simplex(_linearise(cross))
@@ -114,7 +115,8 @@ def prove_cross_term_vanishes() -> SymbolicCheck:
 
 
 def prove_v_pairwise_form_general_k() -> SymbolicCheck:
-    """V = 1/2 sum_{k,l} q_k q_l (p_k - p_l)^2 = sum_k q_k p_k^2 - mu^2 (one coordinate, symbolic K).
+    """V = 1/2 sum_{k,l} q_k q_l (p_k - p_l)^2 = sum_k q_k p_k^2 - mu^2 (one coordinate,
+    symbolic K).
 
     The pairwise form makes D4 and its equality case visible: a sum of non-negative terms that
     is 0 exactly when every pair of prototypes with positive weight coincides. With p replaced
@@ -214,9 +216,11 @@ def _check_inputs(z: Tensor, prototypes: Tensor, q: Tensor | None = None) -> Non
     if z.dim() != 2:
         raise ValueError(f"z: expected shape (N, d), got {tuple(z.shape)}")
     if prototypes.dim() != 2 or prototypes.shape[1] != z.shape[1]:
-        raise ValueError(f"prototypes: expected shape (K, {z.shape[1]}), got {tuple(prototypes.shape)}")
+        raise ValueError(f"prototypes: expected shape (K, {z.shape[1]}), "
+                         f"got {tuple(prototypes.shape)}")
     if q is not None and q.shape != (z.shape[0], prototypes.shape[0]):
-        raise ValueError(f"q: expected shape ({z.shape[0]}, {prototypes.shape[0]}), got {tuple(q.shape)}")
+        raise ValueError(f"q: expected shape ({z.shape[0]}, {prototypes.shape[0]}), "
+                         f"got {tuple(q.shape)}")
 
 
 def reference_terms(z: Tensor, prototypes: Tensor, q: Tensor) -> tuple[Tensor, Tensor, Tensor]:

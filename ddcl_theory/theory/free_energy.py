@@ -68,7 +68,8 @@ def free_energy_grad(z: Tensor, prototypes: Tensor, temperature: Temperature) ->
 
 
 def annealing_lyapunov(z: Tensor, prototypes: Tensor, temperature: Temperature) -> Tensor:
-    """G_tau(P) = F_tau(P) + N tau log K: non-increasing under cooling (see the module docstring)."""
+    """G_tau(P) = F_tau(P) + N tau log K: non-increasing under cooling (see the module
+    docstring)."""
     n, k = z.shape[0], prototypes.shape[0]
     tau = float(temperature)
     return free_energy(z, prototypes, temperature) + n * tau * math.log(k)
@@ -77,7 +78,8 @@ def annealing_lyapunov(z: Tensor, prototypes: Tensor, temperature: Temperature) 
 def hessian_upper_bound(z: Tensor, prototypes: Tensor, temperature: Temperature) -> Tensor:
     """2 max_k N_k: an upper bound on the largest eigenvalue of the Hessian of F at P.
 
-    The Hessian's quadratic form is 2 sum_k N_k ||u_k||^2 - (4/tau) sum_n Var_{q_n}(<p_k - z_n, u_k>)
+    The Hessian's quadratic form is
+    2 sum_k N_k ||u_k||^2 - (4/tau) sum_n Var_{q_n}(<p_k - z_n, u_k>)
     and the variance term is >= 0. The bound is <= 2N for every P and tau.
     """
     return 2.0 * cluster_mass(z, prototypes, temperature).max()

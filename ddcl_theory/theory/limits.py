@@ -41,7 +41,8 @@ def _two_prototype_model():
 
 
 def zero_temperature_limit_k2() -> SymbolicCheck:
-    """tau -> 0+: q_1 -> 1, mu -> p_1 (nearest prototype), V -> 0, L_q and L_OLS -> d_1 = min_k d_k."""
+    """tau -> 0+: q_1 -> 1, mu -> p_1 (nearest prototype), V -> 0, L_q and L_OLS -> d_1 =
+    min_k d_k."""
     (tau, delta, s, a, p1, p2), qty = _two_prototype_model()
     computed = {name: sp.limit(e, tau, 0, "+") for name, e in qty.items()}
     expected = {"q1": sp.Integer(1), "mu": p1, "V": sp.Integer(0), "L_q": a, "L_OLS": a}
@@ -49,7 +50,8 @@ def zero_temperature_limit_k2() -> SymbolicCheck:
 
 
 def infinite_temperature_limit_k2() -> SymbolicCheck:
-    """tau -> oo: q_1 -> 1/2, mu -> (p_1 + p_2)/2, V -> ||p_1 - p_2||^2 / 4, L_q -> mean distance."""
+    """tau -> oo: q_1 -> 1/2, mu -> (p_1 + p_2)/2, V -> ||p_1 - p_2||^2 / 4, L_q -> mean
+    distance."""
     (tau, delta, s, a, p1, p2), qty = _two_prototype_model()
     computed = {name: sp.limit(e, tau, sp.oo) for name, e in qty.items()}
     expected = {"q1": sp.Rational(1, 2), "mu": (p1 + p2) / 2, "V": s / 4,
@@ -81,10 +83,12 @@ def squeeze_bounds_general_k() -> SymbolicCheck:
     """Both limits for a symbolic K by squeezing q between bounds whose limits SymPy computes.
 
     Zero temperature: with g > 0 the smallest gap d_j - d_min over the non-nearest prototypes,
-    0 <= 1 - q_min = S / (1 + S) <= S <= (K - 1) exp(-g / tau), S = sum_{j != argmin} exp(-(d_j - d_min)/tau).
+    0 <= 1 - q_min = S / (1 + S) <= S <= (K - 1) exp(-g / tau),
+    S = sum_{j != argmin} exp(-(d_j - d_min)/tau).
     Infinite temperature: with r = max_k d_k - min_k d_k,
     exp(-r / tau) / K <= q_k <= exp(r / tau) / K for every k.
-    The computed entries are the limits of the bounds; squeezing gives 1 - q_min -> 0 and q_k -> 1/K.
+    The computed entries are the limits of the bounds; squeezing gives 1 - q_min -> 0 and
+    q_k -> 1/K.
     """
     tau, g, r = sp.symbols("tau g r", positive=True)
     k = sp.Symbol("K", integer=True, positive=True)
