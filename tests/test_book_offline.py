@@ -145,3 +145,19 @@ def test_banner_names_the_missing_data_and_the_way_to_get_it():
         committed_outputs.banner_html(" , ")
     asked = committed_outputs.banner_html(committed_outputs.REQUESTED)
     assert "COMMITTED=1" in asked and "Missing data" not in asked
+
+
+def test_banner_only_when_the_build_asks_for_it():
+    """The executing build (the book's own config: value empty) gets no banner."""
+    from types import SimpleNamespace
+
+    book = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    assert "committed_outputs" in book["sphinx"]["local_extensions"]
+    assert "ddcl_committed_outputs" not in book["sphinx"].get("config", {})
+    config = SimpleNamespace(ddcl_committed_outputs="", html_theme_options={"a": 1})
+    committed_outputs._on_config_inited(None, config)
+    assert config.html_theme_options == {"a": 1}
+    config.ddcl_committed_outputs = "imdb"
+    committed_outputs._on_config_inited(None, config)
+    assert committed_outputs.BANNER_CLASS in config.html_theme_options["announcement"]
+    assert config.html_theme_options["a"] == 1
