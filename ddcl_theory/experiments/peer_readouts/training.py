@@ -27,10 +27,6 @@ from ddcl_theory.runtime.progress import progress
 from ddcl_theory.runtime.training import fit
 
 
-class _NonFinite(Exception):
-    """Raised after the record of an epoch whose last loss was not finite (training stops)."""
-
-
 def _initial_model(kind: str, data: TokenSet, s: PeerSettings, n_classes: int,
                    gen: torch.Generator) -> ReadoutClassifier:
     """The model before training: DDCL's prototypes from k-means++ on the encoded tokens and
@@ -105,20 +101,12 @@ def train_readout(kind: str, data: TokenSet, settings: PeerSettings | None = Non
         stop = not np.isfinite(ce_losses[-1])
         record = _measure(model, data, test, r + 1, float(np.mean(ce_losses)), s,
                           final=stop or r + 1 == s.epochs)
-        hist.records.append(record)
-        if stop:
-            raise _NonFinite
-        return {"record": record}
+        return {"record": record, "stop": stop}
 
-    try:
-        log = fit(model, optimizers, rounds=s.epochs, batches=batches, loss=loss,
-                  device=device, run=run, name=name, generators={"gen": gen},
-                  end_of_round=end_of_round, desc=f"{kind} epochs")
-    except _NonFinite:
-        if run is not None:
-            run.clear_state(name)
-        return hist
-    hist.records[1:] = [m["record"] for m in log.metrics]      # also the epochs resumed past
+    log = fit(model, optimizers, rounds=s.epochs, batches=batches, loss=loss, device=device,
+              run=run, name=name, generators={"gen": gen}, end_of_round=end_of_round,
+              stop_if=lambda metrics: metrics["stop"], desc=f"{kind} epochs")
+    hist.records += [m["record"] for m in log.metrics]         # also the epochs resumed past
     return hist
 
 
