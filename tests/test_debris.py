@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from ddcl_theory.data import debris as D
 from ddcl_theory.experiments import orbital_debris as od
 from ddcl_theory.ledger.decisions.orbital_debris import decide_d13
-from ddcl_theory.runtime import profile, runs
+from ddcl_theory.runtime import profile
+from ddcl_theory.runtime.rundir import RunDir
 
 LEO, MEO, GEO, HEO = range(4)
 
@@ -27,7 +28,7 @@ def test_true_elements_respect_the_class_boundaries(catalogue):
     y, hp, ha, e = c.labels, c.perigee_alt, c.apogee_alt, c.eccentricity
     assert np.all(ha[y == LEO] < D.LEO_APOGEE_MAX)
     assert np.all(e[y == HEO] > D.HEO_E_MIN)
-    geo_band = lambda h: np.abs(h - D.GEO_ALTITUDE) <= D.GEO_HALF_WIDTH  # noqa: E731
+    geo_band = lambda h: np.abs(h - D.GEO_ALTITUDE) <= D.GEO_HALF_WIDTH
     assert np.all(geo_band(hp[y == GEO]) & geo_band(ha[y == GEO]))
     meo = y == MEO
     assert np.all((e[meo] <= D.HEO_E_MIN) & (ha[meo] >= D.LEO_APOGEE_MAX)
@@ -178,9 +179,9 @@ def test_a_killed_ddcl_training_resumes_to_the_same_numbers(tmp_path, monkeypatc
     settings = _tiny()
     monkeypatch.setattr(od, "fit", killed_fit)
     with pytest.raises(KeyboardInterrupt):
-        train(runs.RunDir("orbital_debris", settings, root=tmp_path, enabled=True))
+        train(RunDir("orbital_debris", settings, root=tmp_path, enabled=True))
     monkeypatch.setattr(od, "fit", real_fit)
-    pred, resumed = train(runs.RunDir("orbital_debris", settings, root=tmp_path, enabled=True))
+    pred, resumed = train(RunDir("orbital_debris", settings, root=tmp_path, enabled=True))
     assert np.array_equal(pred, whole_pred)
     assert resumed.__dict__ == whole.__dict__
 

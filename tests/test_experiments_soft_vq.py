@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from ddcl_theory.experiments import soft_vq
-from ddcl_theory.runtime import profile, runs
+from ddcl_theory.runtime import profile
+from ddcl_theory.runtime.rundir import RunDir
 
 
 def test_soft_temperature_is_r_times_the_critical_temperature_of_the_first_batch(tiny_result):
@@ -91,14 +92,14 @@ def test_a_killed_vq_run_resumes_to_the_same_numbers(tmp_path, monkeypatch):
             return out
         return real_fit(*args, end_of_round=end, **kw)
 
-    run = runs.RunDir("soft_vq", s, root=tmp_path, enabled=True)
+    run = RunDir("soft_vq", s, root=tmp_path, enabled=True)
     monkeypatch.setattr(soft_vq, "fit", killed_fit)
     with pytest.raises(KeyboardInterrupt):
         soft_vq.train_one(s, "ema", 0, tensors, run_dir=run)
     monkeypatch.setattr(soft_vq, "fit", real_fit)
     assert run.state_path(soft_vq.unit_key("ema", 0)).is_file()
     resumed = soft_vq.train_one(s, "ema", 0, tensors,
-                                run_dir=runs.RunDir("soft_vq", s, root=tmp_path, enabled=True))
+                                run_dir=RunDir("soft_vq", s, root=tmp_path, enabled=True))
     for name in ("usage", "perplexity", "soft_perplexity", "test_mse", "first_batch_usage",
                  "test_mse_codes", "test_usage"):
         assert getattr(resumed, name) == getattr(whole, name), name

@@ -31,8 +31,8 @@ def test_d12_confirmed_when_the_identity_holds_and_v_is_positive_at_both_levels(
     assert v.our_value == "max residual < 1e-12; min V 0.4 / 0.1"
 
 
-@pytest.mark.parametrize("level1", [dict(residual=1e-9), dict(gap=1e-9), dict(v=0.0),
-                                    dict(step_v=-1e-6)])
+@pytest.mark.parametrize("level1", [{"residual": 1e-9}, {"gap": 1e-9}, {"v": 0.0},
+                                    {"step_v": -1e-6}])
 def test_d12_refuted_when_a_residual_a_recomputation_or_the_sign_of_v_fails(level1):
     assert decide_d12(_result(**level1)).word == "refuted"
 

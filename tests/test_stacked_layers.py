@@ -11,7 +11,8 @@ from _text_fakes import FakeEncoder
 from ddcl_theory import functional as F
 from ddcl_theory.experiments import stacked_layers as S
 from ddcl_theory.models.stacked_ddcl import StackedDDCL
-from ddcl_theory.runtime import profile, runs
+from ddcl_theory.runtime import profile
+from ddcl_theory.runtime.rundir import RunDir
 
 
 def _documents(seed: int, n: int = 12, d: int = 5, dtype=torch.float64):
@@ -142,10 +143,10 @@ def test_a_killed_stacked_run_resumes_to_the_same_numbers(tmp_path, monkeypatch)
     monkeypatch.setattr(S, "fit", killed_fit)
     with pytest.raises(KeyboardInterrupt):
         S.run(s, encoder=FakeEncoder(),
-              run_dir=runs.RunDir("stacked_layers", s, root=tmp_path, enabled=True))
+              run_dir=RunDir("stacked_layers", s, root=tmp_path, enabled=True))
     monkeypatch.setattr(S, "fit", real_fit)
     resumed = S.run(s, encoder=FakeEncoder(),
-                    run_dir=runs.RunDir("stacked_layers", s, root=tmp_path, enabled=True))
+                    run_dir=RunDir("stacked_layers", s, root=tmp_path, enabled=True))
     for lvl in (1, 2):
         for name, values in whole.traces[lvl].__dict__.items():
             assert np.array_equal(np.array(getattr(resumed.traces[lvl], name)),

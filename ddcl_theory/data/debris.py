@@ -66,9 +66,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["MU_EARTH", "R_EARTH", "GEO_ALTITUDE", "LEO_APOGEE_MAX", "GEO_HALF_WIDTH",
-           "HEO_E_MIN", "CLASSES", "FEATURES", "DEFAULT_SHARES", "Catalogue", "generate",
-           "classify", "kepler_period", "sso_inclination", "elements_from_apsides"]
+__all__ = [
+    "CLASSES",
+    "DEFAULT_SHARES",
+    "FEATURES",
+    "GEO_ALTITUDE",
+    "GEO_HALF_WIDTH",
+    "HEO_E_MIN",
+    "LEO_APOGEE_MAX",
+    "MU_EARTH",
+    "R_EARTH",
+    "Catalogue",
+    "classify",
+    "elements_from_apsides",
+    "generate",
+    "kepler_period",
+    "sso_inclination",
+]
 
 MU_EARTH = 398600.4418          # km^3 / s^2
 R_EARTH = 6378.137              # km
@@ -105,7 +119,8 @@ def elements_from_apsides(perigee_alt, apogee_alt) -> tuple[np.ndarray, np.ndarr
     hp = np.asarray(perigee_alt, dtype=np.float64)
     ha = np.asarray(apogee_alt, dtype=np.float64)
     if hp.shape != ha.shape:
-        raise ValueError(f"apogee_alt: expected the shape of perigee_alt {hp.shape}, got {ha.shape}")
+        raise ValueError(f"apogee_alt: expected the shape of perigee_alt {hp.shape}, "
+                         f"got {ha.shape}")
     if np.any(hp > ha) or np.any(hp + R_EARTH <= 0):
         raise ValueError("perigee_alt: expected perigee <= apogee and positive radii")
     rp, ra = hp + R_EARTH, ha + R_EARTH
@@ -113,11 +128,13 @@ def elements_from_apsides(perigee_alt, apogee_alt) -> tuple[np.ndarray, np.ndarr
 
 
 def classify(perigee_alt, apogee_alt) -> np.ndarray:
-    """Class index (into :data:`CLASSES`) of each orbit from its perigee and apogee altitudes (km)."""
+    """Class index (into :data:`CLASSES`) of each orbit from its perigee and apogee altitudes
+    (km)."""
     hp = np.asarray(perigee_alt, dtype=np.float64)
     ha = np.asarray(apogee_alt, dtype=np.float64)
     _, e = elements_from_apsides(hp, ha)
-    geo = (np.abs(hp - GEO_ALTITUDE) <= GEO_HALF_WIDTH) & (np.abs(ha - GEO_ALTITUDE) <= GEO_HALF_WIDTH)
+    geo = ((np.abs(hp - GEO_ALTITUDE) <= GEO_HALF_WIDTH)
+           & (np.abs(ha - GEO_ALTITUDE) <= GEO_HALF_WIDTH))
     label = np.full(hp.shape, CLASSES.index("MEO"), dtype=np.int64)
     label[geo] = CLASSES.index("GEO")
     label[ha < LEO_APOGEE_MAX] = CLASSES.index("LEO")

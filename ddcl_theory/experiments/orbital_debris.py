@@ -3,14 +3,16 @@
 Data: :func:`ddcl_theory.data.debris.generate` (a fresh catalogue per seed), the five
 observed columns standardised (z-scores over the catalogue). Methods, each with K = 4 clusters:
 
-* ``ddcl`` - a DDCL clustering head: a projection-free :class:`~ddcl_theory.layers.ddcl.DDCLAttention`
-  bank on the standardised rows, seeded by one k-means++ draw, trained full batch by Adam on
-  L_q for ``epochs`` epochs at tau = r T_c (T_c = 2 lambda_max of the data covariance, the
-  collapse temperature); cluster = argmax q. ``ddcl_sgd`` is the same head trained by plain
-  full-batch gradient descent (a control: is a behaviour of the separation Adam's doing?).
+* ``ddcl`` - a DDCL clustering head: a projection-free
+  :class:`~ddcl_theory.layers.ddcl.DDCLAttention` bank on the standardised rows, seeded by one
+  k-means++ draw, trained full batch by Adam on L_q for ``epochs`` epochs at tau = r T_c
+  (T_c = 2 lambda_max of the data covariance, the collapse temperature); cluster = argmax q.
+  ``ddcl_sgd`` is the same head trained by plain full-batch gradient descent (a control: is a
+  behaviour of the separation Adam's doing?).
 * ``readout`` - DDCL as a readout: an MLP encoder, the DDCL soft quantiser of
-  :mod:`ddcl_theory.layers.quantizers` (K = 4) on its output, an MLP decoder reconstructing the row from
-  the soft centroid; trained full batch on reconstruction MSE + beta L_q; cluster = argmax q.
+  :mod:`ddcl_theory.layers.quantizers` (K = 4) on its output, an MLP decoder reconstructing the
+  row from the soft centroid; trained full batch on reconstruction MSE + beta L_q;
+  cluster = argmax q.
 * ``kmeans`` - scikit-learn ``KMeans`` with 10 k-means++ restarts (its usual setting), and
   ``kmeans1`` - a single k-means++ start (the same seeding budget as the DDCL head).
 
@@ -20,7 +22,6 @@ distance, trace of the prototype covariance) after the update.
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -36,14 +37,30 @@ from ddcl_theory.layers.quantizers import SoftDDCLQuantizer
 from ddcl_theory.ledger.decisions.laplacian_experiments import compare
 from ddcl_theory.metrics import clustering
 from ddcl_theory.metrics.prototypes import SEPARATION_KINDS, separation
-from ddcl_theory.runtime import profile, runs
+from ddcl_theory.runtime import profile
 from ddcl_theory.runtime.progress import progress
+from ddcl_theory.runtime.rundir import RunDir
 from ddcl_theory.runtime.training import fit
 from ddcl_theory.theory.collapse import critical_temperature
 
-__all__ = ["METHODS", "DebrisSettings", "DDCLTrace", "DebrisRun", "DebrisResult", "standardise",
-           "fit_ddcl_head", "fit_ddcl_readout", "fit_kmeans", "run", "summary",
-           "is_monotone", "variant_parts", "decreases", "largest_drop", "CHECKPOINT_EVERY"]
+__all__ = [
+    "CHECKPOINT_EVERY",
+    "METHODS",
+    "DDCLTrace",
+    "DebrisResult",
+    "DebrisRun",
+    "DebrisSettings",
+    "decreases",
+    "fit_ddcl_head",
+    "fit_ddcl_readout",
+    "fit_kmeans",
+    "is_monotone",
+    "largest_drop",
+    "run",
+    "standardise",
+    "summary",
+    "variant_parts",
+]
 
 METHODS = ("ddcl", "ddcl_sgd", "readout", "kmeans", "kmeans1")
 #: Epochs between checkpoints of a DDCL training loop (paper profile).
@@ -91,7 +108,7 @@ class DebrisSettings:
     threads: int | None = 1
 
     @classmethod
-    def from_profile(cls) -> "DebrisSettings":
+    def from_profile(cls) -> DebrisSettings:
         p = profile.current()
         return cls(n_objects=p.pick(cpu=3000, paper=20000, smoke=500),
                    seeds=p.pick(cpu=(0, 1, 2, 3, 4), paper=tuple(range(10)), smoke=(0, 1)),
@@ -103,11 +120,13 @@ class DebrisSettings:
             "seeds", "lr", "relative_temperature", "temperature_sweep", "readout_lr", "sgd_lr",
             "readout_beta", "sigma_r", "sigma_i", "reference_overlap_free", "threads"))
         if len(self.seeds) < 2:
-            raise ValueError(f"seeds: expected at least two seeds (for a spread), got {self.seeds!r}")
+            raise ValueError(f"seeds: expected at least two seeds (for a spread), "
+                             f"got {self.seeds!r}")
         if self.relative_temperature not in self.temperature_sweep:
             raise ValueError(f"relative_temperature: expected one of temperature_sweep "
                              f"{self.temperature_sweep}, got {self.relative_temperature!r}")
-        if any(not r > 0 for r in self.temperature_sweep) or not (self.lr > 0 and self.readout_lr > 0):
+        if (any(not r > 0 for r in self.temperature_sweep)
+                or not (self.lr > 0 and self.readout_lr > 0)):
             raise ValueError("temperature_sweep, lr, readout_lr: expected positive values")
 
 
@@ -158,7 +177,8 @@ class DebrisResult:
     runs: list[DebrisRun]
     class_sizes: np.ndarray          # (4,) per catalogue (the same for every seed)
 
-    def select(self, method: str, *, overlap: bool = True, r: float | None = None) -> list[DebrisRun]:
+    def select(self, method: str, *, overlap: bool = True,
+               r: float | None = None) -> list[DebrisRun]:
         """Runs of one method; for ``ddcl`` the relative temperature (default the main one)."""
         if method not in METHODS:
             raise ValueError(f"method: expected one of {METHODS}, got {method!r}")
@@ -200,7 +220,7 @@ def _separations(bank: torch.Tensor) -> dict[str, float]:
 
 def _fit_full_batch(model: nn.Module, opt: torch.optim.Optimizer, epochs: int, inputs,
                     loss_and_terms, bank: Callable[[], torch.Tensor], gen: torch.Generator,
-                    run_dir: runs.RunDir | None, name: str) -> list[dict]:
+                    run_dir: RunDir | None, name: str) -> list[dict]:
     """``epochs`` full-batch steps through :func:`ddcl_theory.runtime.training.fit`; the
     records of :func:`_measure` of every epoch. ``loss_and_terms(forward, inputs)`` returns the
     loss and the DDCL loss terms of the forward pass."""
@@ -218,7 +238,7 @@ def _fit_full_batch(model: nn.Module, opt: torch.optim.Optimizer, epochs: int, i
 
 
 def fit_ddcl_head(x: np.ndarray, k: int, relative_temperature: float, epochs: int, lr: float,
-                  seed: int, optimizer: str = "adam", run_dir: runs.RunDir | None = None,
+                  seed: int, optimizer: str = "adam", run_dir: RunDir | None = None,
                   name: str = "ddcl") -> tuple[np.ndarray, DDCLTrace]:
     """DDCL clustering head on rows ``x`` (N, F): (cluster of each row (N,), trace).
 
@@ -267,7 +287,7 @@ class _Readout(nn.Module):
 
 def fit_ddcl_readout(x: np.ndarray, k: int, relative_temperature: float, epochs: int,
                      lr: float, hidden: int, latent: int, beta: float,
-                     seed: int, run_dir: runs.RunDir | None = None,
+                     seed: int, run_dir: RunDir | None = None,
                      name: str = "readout") -> tuple[np.ndarray, DDCLTrace]:
     """DDCL as a readout: MLP encoder -> soft quantiser (K codes) -> MLP decoder, trained on
     reconstruction MSE + beta L_q; (cluster = argmax q of each row (N,), trace)."""
@@ -294,7 +314,8 @@ def fit_kmeans(x: np.ndarray, k: int, restarts: int, seed: int) -> np.ndarray:
     from sklearn.cluster import KMeans
     from threadpoolctl import threadpool_limits
 
-    with threadpool_limits(limits=1):            # one BLAS/OpenMP thread: same result, no oversubscription
+    # one BLAS/OpenMP thread: the same result, and no oversubscription
+    with threadpool_limits(limits=1):
         return KMeans(n_clusters=k, n_init=restarts, random_state=seed).fit(x).labels_
 
 
@@ -307,7 +328,7 @@ def _score(method: str, seed: int, overlap: bool, r: float | None, y: np.ndarray
 
 
 def _catalogue_runs(s: DebrisSettings, seed: int, overlap: bool,
-                    run_dir: runs.RunDir | None) -> tuple[list[DebrisRun], np.ndarray]:
+                    run_dir: RunDir | None) -> tuple[list[DebrisRun], np.ndarray]:
     """Every method on the catalogue of one seed: (runs, class sizes)."""
     k = s.num_clusters
     cat = debris.generate(s.n_objects, seed, sigma_r=s.sigma_r, sigma_i=s.sigma_i,
@@ -336,11 +357,11 @@ def run(settings: DebrisSettings | None = None) -> DebrisResult:
     """Every method on one catalogue per seed (and the overlap-free reference if asked).
 
     In the paper profile every finished catalogue is kept in the run directory
-    (:class:`ddcl_theory.runtime.runs.RunDir`) and an interrupted DDCL training resumes from
+    (:class:`ddcl_theory.runtime.rundir.RunDir`) and an interrupted DDCL training resumes from
     its last checkpoint.
     """
     s = settings or DebrisSettings.from_profile()
-    run_dir = runs.RunDir("orbital_debris", s)
+    run_dir = RunDir("orbital_debris", s)
     found: list[DebrisRun] = []
     sizes = None
     with num_threads(s.threads):

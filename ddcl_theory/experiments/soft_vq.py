@@ -29,7 +29,7 @@ continuous channel.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -40,14 +40,28 @@ from ddcl_theory.experiments.laplacian_vit import num_threads
 from ddcl_theory.layers.quantizers import make_quantizer
 from ddcl_theory.metrics.prototypes import perplexity
 from ddcl_theory.models.vqvae import VQVAE
-from ddcl_theory.runtime import profile, runs
+from ddcl_theory.runtime import profile
+from ddcl_theory.runtime.rundir import RunDir
 from ddcl_theory.runtime.training import fit
 from ddcl_theory.theory.collapse import critical_temperature
 
-__all__ = ["METHODS", "SoftVQSettings", "VQRun", "SoftVQResult", "prepare_images",
-           "train_one", "run", "encoder_gradients",
-           "FULL_USAGE", "RECONSTRUCTS", "temperature_table", "usage_after_first_epoch",
-           "EncoderGradients", "first_epoch_at", "unit_key"]
+__all__ = [
+    "FULL_USAGE",
+    "METHODS",
+    "RECONSTRUCTS",
+    "EncoderGradients",
+    "SoftVQResult",
+    "SoftVQSettings",
+    "VQRun",
+    "encoder_gradients",
+    "first_epoch_at",
+    "prepare_images",
+    "run",
+    "temperature_table",
+    "train_one",
+    "unit_key",
+    "usage_after_first_epoch",
+]
 
 METHODS = ("soft", "hard", "ema")
 FULL_USAGE = 0.95        # "100% of the codebook": at least 61 of 64 codes (one dead code allowed)
@@ -89,7 +103,7 @@ class SoftVQSettings:
     threads: int | None = 1
 
     @classmethod
-    def from_profile(cls) -> "SoftVQSettings":
+    def from_profile(cls) -> SoftVQSettings:
         p = profile.current()
         return cls(n_train=p.pick(cpu=640, paper=10000, smoke=256),
                    n_test=p.pick(cpu=500, paper=1000, smoke=128),
@@ -182,7 +196,8 @@ class SoftVQResult:
         return [x for x in self.runs if x.method == method
                 and (method != "soft" or x.relative_temperature == r)]
 
-    def curve(self, method: str, name: str, r: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def curve(self, method: str, name: str,
+              r: float | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(mean, std) over seeds of a per-epoch field, each of shape (epochs,)."""
         values = np.array([getattr(x, name) for x in self.select(method, r)], dtype=np.float64)
         return values.mean(0), values.std(0)
@@ -265,7 +280,7 @@ def unit_key(method: str, seed: int, relative_temperature: float | None = None) 
 
 def train_one(settings: SoftVQSettings, method: str, seed: int, tensors: tuple,
               relative_temperature: float | None = None,
-              run_dir: runs.RunDir | None = None) -> VQRun:
+              run_dir: RunDir | None = None) -> VQRun:
     """Train one VQ-VAE and measure it (deterministic given the seed on a fixed CPU).
 
     The epochs run through :func:`ddcl_theory.runtime.training.fit`; with an enabled
@@ -341,10 +356,10 @@ def run(settings: SoftVQSettings | None = None) -> SoftVQResult:
     """Train every (method, temperature, seed) of ``settings`` on the CIFAR-10 subset.
 
     In the paper profile every finished run is kept in the run directory
-    (:class:`ddcl_theory.runtime.runs.RunDir`) and an unfinished one resumes from its last epoch.
+    (:class:`ddcl_theory.runtime.rundir.RunDir`) and an unfinished one resumes from its last epoch.
     """
     s = settings or SoftVQSettings.from_profile()
-    run_dir = runs.RunDir("soft_vq", s)
+    run_dir = RunDir("soft_vq", s)
     with num_threads(s.threads):
         x_tr, x_te, mean, source = prepare_images(s)
         tensors = (x_tr, x_te, mean)
@@ -403,8 +418,8 @@ def encoder_gradients(images: torch.Tensor, *, num_codes: int = 64, latent_dim: 
         out = model(images)
         loss = ((out.reconstruction - images) ** 2).mean()
         grads = torch.autograd.grad(loss, list(model.encoder.parameters()), allow_unused=True)
-        norms[name] = float(torch.sqrt(sum((g.double() ** 2).sum() for g in grads
-                                           if g is not None) + torch.zeros((), dtype=torch.float64)))
+        squares = sum((g.double() ** 2).sum() for g in grads if g is not None)
+        norms[name] = float(torch.sqrt(squares + torch.zeros((), dtype=torch.float64)))
     return EncoderGradients(**norms)
 
 

@@ -27,12 +27,17 @@ import torch
 from ddcl_theory import functional as F
 from ddcl_theory.data.text import embed, load_encoder
 from ddcl_theory.experiments import require_positive_ints
-from ddcl_theory.experiments.text_readout import NEWSGROUPS, TextReadoutSettings, load_corpus
+from ddcl_theory.experiments.text_readout import (
+    NEWSGROUPS,
+    TextReadoutSettings,
+    load_corpus,
+)
 from ddcl_theory.layers.readouts import PackedTokens, Standardiser
 from ddcl_theory.metrics.clustering import clustering_acc, nmi, purity
 from ddcl_theory.metrics.prototypes import separation, usage
 from ddcl_theory.models.stacked_ddcl import StackedDDCL
-from ddcl_theory.runtime import profile, runs
+from ddcl_theory.runtime import profile
+from ddcl_theory.runtime.rundir import RunDir
 from ddcl_theory.runtime.training import fit
 
 LEVELS = (1, 2)
@@ -74,7 +79,7 @@ class StackedSettings:
             raise ValueError(f"seed: expected an int >= 0, got {self.seed!r}")
 
     @classmethod
-    def from_profile(cls) -> "StackedSettings":
+    def from_profile(cls) -> StackedSettings:
         """The active profile's values (the same as ``StackedSettings()``)."""
         return cls()
 
@@ -178,15 +183,15 @@ def _append(trace: LevelTrace, record: dict) -> None:
 
 
 def run(settings: StackedSettings | None = None, encoder=None,
-        run_dir: runs.RunDir | None = None) -> StackedResult:
+        run_dir: RunDir | None = None) -> StackedResult:
     """Train the two-level model on the 20 Newsgroups draw; see the module docstring.
 
     The epochs run through :func:`ddcl_theory.runtime.training.fit` with checkpoints in
-    ``run_dir`` (default: the experiment's :class:`ddcl_theory.runtime.runs.RunDir`, enabled in
+    ``run_dir`` (default: the experiment's :class:`ddcl_theory.runtime.rundir.RunDir`, enabled in
     the paper profile), so an interrupted run resumes at its last finished epoch.
     """
     s = settings or StackedSettings()
-    run_dir = run_dir if run_dir is not None else runs.RunDir("stacked_layers", s)
+    run_dir = run_dir if run_dir is not None else RunDir("stacked_layers", s)
     device = profile.current().device
     encoder = encoder or load_encoder(s.text.encoder, device=device,
                                       batch_tokens=s.text.batch_tokens)

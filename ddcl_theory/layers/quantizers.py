@@ -29,8 +29,16 @@ from torch import Tensor, nn
 from ddcl_theory import functional as F
 from ddcl_theory.layers.ddcl import DDCLAttention
 
-__all__ = ["QuantizerOutput", "Quantizer", "SoftDDCLQuantizer", "HardVQ", "EMAVectorQuantizer",
-           "make_quantizer", "KINDS", "soft_centroid_jacobian"]
+__all__ = [
+    "KINDS",
+    "EMAVectorQuantizer",
+    "HardVQ",
+    "Quantizer",
+    "QuantizerOutput",
+    "SoftDDCLQuantizer",
+    "make_quantizer",
+    "soft_centroid_jacobian",
+]
 
 
 @dataclass
@@ -202,7 +210,8 @@ KINDS = ("soft", "hard", "ema")
 
 
 def soft_centroid_jacobian(z: Tensor, prototypes: Tensor, temperature: float) -> Tensor:
-    """d mu / d z for one token z (D,) and a bank (K, D): (2 / tau) sum_k q_k (p_k - mu)(p_k - mu)^T.
+    """d mu / d z for one token z (D,) and a bank (K, D):
+    (2 / tau) sum_k q_k (p_k - mu)(p_k - mu)^T.
 
     This is why the soft quantiser needs no estimator, and where its gradient fades: the map
     z -> mu has the Jacobian 2/tau times the covariance of the prototypes under q, whose trace

@@ -1,4 +1,5 @@
-"""A small convolutional VQ-VAE whose bottleneck is any quantiser of :mod:`ddcl_theory.layers.quantizers`.
+"""A small convolutional VQ-VAE whose bottleneck is any quantiser of
+:mod:`ddcl_theory.layers.quantizers`.
 
 The encoder halves the image side twice with strided convolutions and maps to ``latent_dim``
 channels; every cell of the resulting (H/4, W/4) grid is one token for the quantiser. The decoder
@@ -19,7 +20,7 @@ from torch import Tensor, nn
 from ddcl_theory.layers.quantizers import Quantizer, QuantizerOutput
 from ddcl_theory.runtime.validate import check_positive_int
 
-__all__ = ["ConvEncoder", "ConvDecoder", "VQVAE", "VQVAEOutput"]
+__all__ = ["VQVAE", "ConvDecoder", "ConvEncoder", "VQVAEOutput"]
 
 
 class ConvEncoder(nn.Module):
