@@ -1,6 +1,7 @@
-"""Data-parallel training with DDCL layers (ddcl_theory.runtime.distributed): two CPU processes with the
-gloo backend train a few DDP steps on different data and end with identical parameters and
-buffers; the k-means initialisation and the schedule's step counter are kept in sync."""
+"""Data-parallel training with DDCL layers (ddcl_theory.runtime.distributed, exercised by
+ddcl_theory.experiments.ddp_check): two CPU processes with the gloo backend train a few DDP
+steps on different data and end with identical parameters and buffers; the k-means
+initialisation and the schedule's step counter are kept in sync."""
 from __future__ import annotations
 
 import socket
@@ -11,6 +12,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from ddcl_theory.experiments import ddp_check
 from ddcl_theory.runtime import distributed as ddp_tools
 
 WORLD = 2
@@ -27,9 +29,9 @@ def _worker(rank: int, port: int, out_dir: str, steps: int) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=WORLD)
     try:
-        report = ddp_tools.train(ddp_tools.DDPSettings(steps=steps))
+        report = ddp_check.train(ddp_check.DDPSettings(steps=steps))
         # a rank that advanced its schedule differently is realigned by the one collective
-        model = ddp_tools.TinyReadoutClassifier(ddp_tools.DDPSettings())
+        model = ddp_check.TinyReadoutClassifier(ddp_check.DDPSettings())
         model.ddcl.advance_schedule(3 + rank)               # rank 1 is one step ahead
         report["synced_steps"] = ddp_tools.sync_temperature_steps(model)
         report["synced_temperature"] = model.ddcl.temperature
@@ -56,7 +58,7 @@ def test_two_gloo_ranks_end_with_identical_parameters_and_buffers(tmp_path):
     assert a["replica_max_difference"] == 0.0
     assert a["step"] == b["step"] == steps
     assert int(a["state"]["ddcl.temperature_step"]) == steps
-    assert a["temperature"] == pytest.approx(ddp_tools.cooling_schedule(steps))
+    assert a["temperature"] == pytest.approx(ddp_check.cooling_schedule(steps))
 
     # training moved the prototypes away from the (shared) initial bank
     assert torch.equal(a["initial_prototypes"], b["initial_prototypes"])
@@ -67,13 +69,13 @@ def test_two_gloo_ranks_end_with_identical_parameters_and_buffers(tmp_path):
     # sync_temperature_steps: MAX of the counters, schedule re-applied on both ranks
     assert a["synced_steps"] == b["synced_steps"] == [4]
     assert a["synced_temperature"] == b["synced_temperature"] == pytest.approx(
-        ddp_tools.cooling_schedule(4))
+        ddp_check.cooling_schedule(4))
 
 
 def test_helpers_refuse_to_run_without_a_process_group():
-    model = ddp_tools.TinyReadoutClassifier(ddp_tools.DDPSettings())
+    model = ddp_check.TinyReadoutClassifier(ddp_check.DDPSettings())
     for fn in (ddp_tools.sync_temperature_steps, ddp_tools.broadcast_module,
                ddp_tools.replica_max_difference):
         with pytest.raises(RuntimeError, match="init_process_group"):
             fn(model)
-    assert [type(m).__name__ for m in ddp_tools.ddcl_layers(model)] == ["DDCLAttention"]
+    assert [type(m).__name__ for m in ddp_tools.scheduled_layers(model)] == ["DDCLAttention"]
