@@ -3,7 +3,8 @@
 ``ensure`` finds every data set named (all of ``FILES`` when none is), fetching the missing ones
 from their canonical sources into the user cache. Exit status: 0 when all are present; 2 when some
 could not be had (one message lists them and the ways to provide them), or 0 with ``--allow-missing``
-(the message is printed as a NOTICE; the book then builds on fallback data); 1 when a file is
+(the message is printed as a NOTICE; ``make book`` then builds the pages from the committed
+executed notebooks instead of running them); 1 when a file is
 present but fails verification (it would make the loaders raise).
 
 ``status`` lists each data set, the directory it was found in and how it verified.
@@ -25,7 +26,7 @@ def _parser() -> argparse.ArgumentParser:
     e = sub.add_parser("ensure", help="find every data set, downloading the missing ones")
     e.add_argument("keys", nargs="*", metavar="KEY", help=f"data sets (default: all of {', '.join(FILES)})")
     e.add_argument("--allow-missing", action="store_true",
-                   help="exit 0 when some cannot be had (print a NOTICE; fallback data is used)")
+                   help="exit 0 when some cannot be had (print a NOTICE)")
     sub.add_parser("status", help="where each data set was found and whether it verified")
     return p
 
@@ -50,7 +51,8 @@ def _ensure(keys: list[str], allow_missing: bool) -> int:
         return EXIT_BROKEN
     if allow_missing:
         print(f"NOTICE: {message}\nContinuing without them (--allow-missing): the loaders use "
-              "fallback data, and numbers differ from the book's.")
+              "fallback data (their numbers differ from the book's); make book shows the "
+              "committed outputs instead of running the chapters.")
         return EXIT_OK
     print(f"ERROR: {message}", file=sys.stderr)
     return EXIT_MISSING
