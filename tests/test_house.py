@@ -1,0 +1,87 @@
+"""The house's one-way traffic (docs/architecture): the science (``layers``, ``metrics``,
+``theory``, ``models``, ``data``, ``functional``) never imports ``experiments`` or ``ledger``, and
+``runtime`` imports nothing of ``ddcl_theory`` but ``runtime``. Imports are read from the source
+(``ast``), lazy ones inside functions included, so a rule breaks here before it breaks a reader."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "ddcl_theory"
+SCIENCE = ("layers", "metrics", "theory", "models", "data", "functional")
+ABOVE_SCIENCE = ("ddcl_theory.experiments", "ddcl_theory.ledger")
+
+
+def module_name(path: Path, root: Path) -> str:
+    """``root/<pkg>/a/b.py`` -> ``<pkg>.a.b`` (``__init__`` names its package)."""
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path, root: Path) -> set[str]:
+    """Absolute names of every module ``path`` imports (relative imports resolved; for
+    ``from pkg import name`` both ``pkg`` and ``pkg.name``, as ``name`` may be a module)."""
+    here = module_name(path, root)
+    package = here if path.name == "__init__.py" else here.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            found.add(module)
+            found.update(f"{module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def _within(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def violations(root: Path = PACKAGE) -> list[str]:
+    """``"<module> imports <name>"`` for every import that breaks the house's direction."""
+    pkg = root.name
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        if "__pycache__" in path.parts:
+            continue
+        name = module_name(path, root)
+        sub = name.split(".")[1] if "." in name else ""
+        for imported in sorted(imported_modules(path, root)):
+            if not _within(imported, pkg) or imported == pkg:
+                continue
+            if sub in SCIENCE and any(_within(imported, a.replace("ddcl_theory", pkg, 1))
+                                      for a in ABOVE_SCIENCE):
+                out.append(f"{name} imports {imported}")
+            if sub == "runtime" and not _within(imported, f"{pkg}.runtime"):
+                out.append(f"{name} imports {imported}")
+    return out
+
+
+def test_the_package_keeps_the_import_direction():
+    assert violations() == []
+
+
+def test_the_check_sees_a_science_module_that_imports_experiments(tmp_path):
+    root = tmp_path / "ddcl_theory"
+    for folder in ("layers", "runtime", "experiments"):
+        (root / folder).mkdir(parents=True)
+        (root / folder / "__init__.py").write_text("")
+    (root / "__init__.py").write_text("")
+    (root / "layers" / "bad.py").write_text(
+        "def f():\n    from ddcl_theory.experiments import smoke\n    return smoke\n")
+    (root / "layers" / "good.py").write_text("from ddcl_theory.runtime import paths\n")
+    (root / "runtime" / "leaky.py").write_text("from ..layers import good\n")
+    (root / "runtime" / "fine.py").write_text("from . import leaky\nimport numpy\n")
+    (root / "functional.py").write_text("import ddcl_theory.ledger.verdict\n")
+    assert violations(root) == [
+        "ddcl_theory.functional imports ddcl_theory.ledger.verdict",
+        "ddcl_theory.layers.bad imports ddcl_theory.experiments",
+        "ddcl_theory.layers.bad imports ddcl_theory.experiments.smoke",
+        "ddcl_theory.runtime.leaky imports ddcl_theory.layers",
+        "ddcl_theory.runtime.leaky imports ddcl_theory.layers.good",
+    ]
