@@ -1,14 +1,18 @@
-"""The Laplacian-head sweeps (L6-L9): tiny runs return finite, reproducible numbers, and the
-verdict logic follows its stated rules on hand-built sweeps."""
+"""The Laplacian-head sweeps (L6-L9): tiny runs return finite, reproducible numbers and resume
+after a kill to the same numbers. The verdict rules are tested in
+test_ledger_decisions_laplacian_experiments."""
 from __future__ import annotations
 
 import dataclasses
 import math
 
 import pytest
+import torch
 
+from ddcl_theory import data
 from ddcl_theory.experiments import laplacian_gpt as lg
 from ddcl_theory.experiments import laplacian_vit as lv
+from ddcl_theory.runtime import runs
 
 
 def tiny_vit() -> lv.ViTSettings:
@@ -74,74 +78,53 @@ def test_settings_validation():
         dataclasses.replace(lg.GPTSettings.from_profile(), l9_setting="3")
 
 
-# ---------------------------------------------------------------- verdict rules
+# ---------------------------------------------------------------- resume after a kill
 
-def test_compare_uses_the_combined_spread():
+class _Killed(Exception):
+    pass
+
+
+class _KilledAfter(runs.RunDir):
+    """A run directory whose process dies right after its ``saves``-th state save."""
+
+    def __init__(self, *args, saves: int, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.left = saves
+
+    def save_state(self, *args, **kwargs) -> None:
+        super().save_state(*args, **kwargs)
+        self.left -= 1
+        if self.left == 0:
+            raise _Killed
+
+
+def test_a_killed_vit_run_resumes_to_the_same_numbers(tmp_path):
+    s = dataclasses.replace(tiny_vit(), epochs=4)
+    *tensors, _, num_classes = lv.prepare_patches(s)
+    whole = lv.train_one(s, "half", 0, tuple(tensors), num_classes, "cpu")
+    with pytest.raises(_Killed):                          # killed after epoch 2 of 4
+        lv.train_one(s, "half", 0, tuple(tensors), num_classes, "cpu",
+                     _KilledAfter("vit-test", s, root=tmp_path, enabled=True, saves=2))
+    run = runs.RunDir("vit-test", s, root=tmp_path, enabled=True)
+    assert run.state_path("state-setting=half,seed=0").is_file()
+    assert lv.train_one(s, "half", 0, tuple(tensors), num_classes, "cpu", run) == whole
+
+
+def test_a_killed_gpt_run_resumes_to_the_same_numbers(tmp_path):
+    s = dataclasses.replace(tiny_gpt(), steps=23)        # rounds of 2 steps, the last of 1
+    text, _ = data.load_text()
+    ids, vocab = lg.encode(text)
+    cut = int(0.9 * len(ids))
+    train_ids, val_ids = torch.from_numpy(ids[:cut]), torch.from_numpy(ids[cut:])
+    args = (s, "all", 0, train_ids, val_ids, len(vocab), "cpu")
+    whole = lg.train_one(*args)
+    with pytest.raises(_Killed):
+        lg.train_one(*args, _KilledAfter("gpt-test", s, root=tmp_path, enabled=True, saves=5))
+    run = runs.RunDir("gpt-test", s, root=tmp_path, enabled=True)
+    assert lg.train_one(*args, run) == whole
+    assert not run.state_path("state-setting=all,seed=0").exists()
+
+
+def test_compare_is_the_decision_rules_comparison():
     summary = {"a": (1.0, 0.3), "b": (0.5, 0.4), "c": (0.0, 0.0)}
-    assert lv.compare(summary, "a", "b") == 0             # 0.5 is inside hypot(0.3, 0.4) = 0.5
-    assert lv.compare(summary, "a", "c") == 1
-    assert lv.compare(summary, "c", "a") == -1
-
-
-def fake_vit(acc: dict[str, list[float]], **fields: dict[str, list[float]]) -> lv.ViTSweep:
-    runs = []
-    for s, values in acc.items():
-        for seed, v in enumerate(values):
-            extra = {k: fields[k][s][seed] if k in fields else 0.5
-                     for k in ("within_seq", "between_class", "nc1")}
-            runs.append(lv.ViTRun(setting=s, laplacian_heads=lv.laplacian_count(s, 4), seed=seed,
-                                  train_loss=1.0, test_acc=v, between_seq=0.5, within_class=0.3,
-                                  equinorm=0.1, cos_mean=-0.1, k99=fields.get("k99", {}).get(
-                                      s, [10] * 3)[seed], within_seq_stream=0.5, k99_stream=10,
-                                  attn_sign_balance=0.0, lap_sign_balance=None, **extra))
-    return lv.ViTSweep(lv.ViTSettings.from_profile(), runs, "test", 10, 16)
-
-
-def test_l6_rules():
-    rising = fake_vit({"0": [.30, .31, .32], "1": [.33, .34, .35], "half": [.36, .37, .38],
-                       "all": [.39, .40, .41]})
-    assert lv.verdict_l6(rising).verdict == "reproduced"
-    flat = fake_vit({s: [.30, .32, .34] for s in lv.HEAD_SETTINGS})
-    assert lv.verdict_l6(flat).verdict == "not reproduced"
-    bump = fake_vit({"0": [.30, .30, .30], "1": [.40, .40, .40], "half": [.30, .30, .30],
-                     "all": [.30, .30, .30]})
-    assert lv.verdict_l6(bump).verdict == "qualified"
-
-
-def test_l7_rules():
-    acc = {s: [.3, .3, .3] for s in lv.HEAD_SETTINGS}
-    down = {s: [.5, .5, .5] for s in lv.HEAD_SETTINGS} | {"all": [.2, .2, .2]}
-    up = {s: [.5, .5, .5] for s in lv.HEAD_SETTINGS} | {"all": [.8, .8, .8]}
-    assert lv.verdict_l7(fake_vit(acc, within_seq=down, between_class=up, nc1=down)
-                         ).verdict == "reproduced"
-    assert lv.verdict_l7(fake_vit(acc, within_seq=down, between_class=up, nc1=up)
-                         ).verdict == "qualified"
-    assert lv.verdict_l7(fake_vit(acc, within_seq=up, between_class=down, nc1=down)
-                         ).verdict == "not reproduced"
-
-
-def fake_gpt(**fields: dict[str, list[float]]) -> lg.GPTSweep:
-    runs = [lg.GPTRun(setting=s, laplacian_heads=lv.laplacian_count(s, 4), seed=i,
-                      train_loss=2.0, within_seq=0.9,
-                      val_loss=fields.get("val_loss", {}).get(s, [2.0] * 3)[i],
-                      cdnv=fields.get("cdnv", {}).get(s, [2.0] * 3)[i],
-                      k99=fields.get("k99", {}).get(s, [10] * 3)[i],
-                      within_seq_stream=0.9, k99_stream=10, attn_sign_balance=None,
-                      lap_sign_balance=None)
-            for s in lv.HEAD_SETTINGS for i in range(3)]
-    return lg.GPTSweep(lg.GPTSettings.from_profile(), runs, "test", 65)
-
-
-def test_l8_rules():
-    lower = {s: [20, 21, 22] for s in lv.HEAD_SETTINGS} | {"all": [15, 15, 16]}
-    acc = {s: [.3, .3, .3] for s in lv.HEAD_SETTINGS}
-    assert lg.verdict_l8(fake_vit(acc, k99=lower), fake_gpt(k99=lower)).verdict == "reproduced"
-    assert lg.verdict_l8(fake_vit(acc), fake_gpt(k99=lower)).verdict == "qualified"
-    assert lg.verdict_l8(fake_vit(acc), fake_gpt()).verdict == "not reproduced"
-
-
-def test_l9_rules():
-    better = {s: [2.0, 2.0, 2.0] for s in lv.HEAD_SETTINGS} | {"half": [1.5, 1.6, 1.5]}
-    assert lg.verdict_l9(fake_gpt(val_loss=better, cdnv=better)).verdict == "qualified"
-    assert lg.verdict_l9(fake_gpt(cdnv=better)).verdict == "qualified"
-    assert lg.verdict_l9(fake_gpt()).verdict == "not reproduced"
+    assert lv.compare(summary, "a", "c") == 1 and lv.compare(summary, "a", "b") == 0

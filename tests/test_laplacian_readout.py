@@ -8,8 +8,10 @@ import pytest
 import torch
 
 from ddcl_theory.experiments import laplacian_readout as lr
+from ddcl_theory.experiments import laplacian_vit as lv
+from ddcl_theory.ledger.decisions import laplacian_readout as decisions
 from ddcl_theory.models.vit_readout import ViTDDCL
-from ddcl_theory.runtime import profile
+from ddcl_theory.runtime import profile, runs
 
 
 def test_vit_ddcl_shapes_and_pooled_readout():
@@ -43,11 +45,11 @@ def test_encoder_classifier_gets_no_gradient():
 
 
 def _tiny(**kw):
-    base = dict(n_train=64, n_test=32, patch=8, dim=8, depth=1, heads=2, mlp_ratio=2,
-                batch_size=32, epochs=2, lr=3e-3, weight_decay=0.0, seeds=(0, 1),
-                num_prototypes=4, ddcl_heads=2)
-    base.update(kw)
-    return lr.ReadoutSettings(**base)
+    vit = lv.ViTSettings(n_train=64, n_test=32, patch=8, dim=8, depth=1, heads=2, mlp_ratio=2,
+                         batch_size=32, epochs=2, lr=3e-3, weight_decay=0.0, seeds=(0, 1),
+                         head_settings=lr.SETTINGS)
+    vit = dataclasses.replace(vit, **{k: kw.pop(k) for k in list(kw) if hasattr(vit, k)})
+    return lr.ReadoutSettings(vit=vit, **{"num_prototypes": 4, "ddcl_heads": 2, **kw})
 
 
 @pytest.fixture(scope="module")
@@ -74,13 +76,50 @@ def test_x2_experiment_is_deterministic(tiny_sweep):
 
 
 def test_x2_verdict_follows_the_signs(tiny_sweep):
-    v = lr.verdict_x2(tiny_sweep)
-    assert set(v.signs) == {name for _, name, _ in lr.MEASURES}
-    helps = any(s > 0 for s in v.signs.values())
-    hurts = any(s < 0 for s in v.signs.values())
+    v = decisions.decide_x2(tiny_sweep)
+    signs = v.numbers["signs"]
+    assert set(signs) == {name for _, name, _ in decisions.MEASURES}
+    helps = any(s > 0 for s in signs.values())
+    hurts = any(s < 0 for s in signs.values())
     expected = ("confirmed" if helps and not hurts else "refuted" if hurts and not helps
                 else "qualified" if helps and hurts else "not reproduced")
-    assert v.verdict == expected
+    assert v.word == expected
+
+
+class _Killed(Exception):
+    pass
+
+
+class _KilledAfter(runs.RunDir):
+    """A run directory whose process dies right after its ``saves``-th state save."""
+
+    def __init__(self, *args, saves: int, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.left = saves
+
+    def save_state(self, *args, **kwargs) -> None:
+        super().save_state(*args, **kwargs)
+        self.left -= 1
+        if self.left == 0:
+            raise _Killed
+
+
+def _same(a: lr.ReadoutRun, b: lr.ReadoutRun) -> bool:
+    path_a, path_b = a.separation_path, b.separation_path
+    return (dataclasses.replace(a, separation_path={}) == dataclasses.replace(b, separation_path={})
+            and all(np.array_equal(path_a[k], path_b[k]) for k in path_a))
+
+
+def test_a_killed_readout_run_resumes_to_the_same_numbers(tmp_path):
+    s = _tiny(epochs=3)
+    *tensors, _, num_classes = lv.prepare_patches(s.vit)
+    args = (s, "all", 1, tuple(tensors), num_classes, "cpu")
+    whole = lr.train_one(*args)
+    with pytest.raises(_Killed):                          # killed after epoch 1 of 3
+        lr.train_one(*args, _KilledAfter("x2-test", s, root=tmp_path, enabled=True, saves=1))
+    run = runs.RunDir("x2-test", s, root=tmp_path, enabled=True)
+    resumed = lr.train_one(*args, run)
+    assert _same(resumed, whole) and resumed.separation_path["min"].shape == (4,)
 
 
 def test_x2_settings_are_checked_and_follow_the_profile(monkeypatch):
@@ -90,7 +129,9 @@ def test_x2_settings_are_checked_and_follow_the_profile(monkeypatch):
         _tiny(head_settings=("0", "7"))
     monkeypatch.setenv(profile.PROFILE_ENV, "cpu")
     cpu = lr.ReadoutSettings.from_profile()
+    assert cpu.vit == dataclasses.replace(lv.ViTSettings.from_profile(), epochs=10,
+                                          head_settings=("0", "all"))
     monkeypatch.setenv(profile.PROFILE_ENV, "paper")
     assert lr.ReadoutSettings.from_profile() != cpu
-    assert dataclasses.replace(cpu).head_settings == ("0", "all")
-    assert np.isfinite(cpu.lr)
+    assert dataclasses.replace(cpu).vit.head_settings == ("0", "all")
+    assert np.isfinite(cpu.vit.lr)

@@ -15,6 +15,8 @@ stream before that LayerNorm (fields ``*_stream``).
 from __future__ import annotations
 
 import functools
+import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,10 +26,6 @@ from ddcl_theory import data
 from ddcl_theory.experiments import require_positive_ints
 from ddcl_theory.experiments.laplacian_vit import (
     HEAD_SETTINGS,
-    Verdict,
-    ViTSweep,
-    _fmt,
-    compare,
     head_sign_balances,
     laplacian_count,
     num_threads,
@@ -36,9 +34,9 @@ from ddcl_theory.experiments.laplacian_vit import (
 from ddcl_theory.metrics import geometry as metrics
 from ddcl_theory.models.char_gpt import CharGPT
 from ddcl_theory.runtime import profile, runs
-from ddcl_theory.runtime.progress import progress
+from ddcl_theory.runtime.training import fit
 
-__all__ = ["GPTSettings", "GPTRun", "GPTSweep", "encode", "run", "verdict_l8", "verdict_l9"]
+__all__ = ["GPTSettings", "GPTRun", "GPTSweep", "encode", "run", "STATE_SAVES"]
 
 
 @dataclass(frozen=True)
@@ -140,9 +138,10 @@ def train_one(settings: GPTSettings, setting: str, seed: int, train_ids: torch.T
               ckpt: runs.RunDir | None = None) -> GPTRun:
     """Train one GPT for ``settings.steps`` steps and measure it; deterministic given the seed.
 
-    With an enabled ``ckpt`` (the paper profile) the training state (model, optimiser,
-    scheduler, sampling generator, losses, next step) is saved :data:`STATE_SAVES` times per run
-    and a saved state of this (setting, seed) is resumed from.
+    The steps run through :func:`ddcl_theory.runtime.training.fit` in :data:`STATE_SAVES` rounds
+    of equal length (the last may be shorter). With an enabled ``ckpt`` (the paper profile) the
+    training state (model, optimiser, scheduler, sampling generator, losses, next round) is saved
+    after every round but the last, and a saved state of this (setting, seed) is resumed from.
     """
     gen = profile.seed_everything(seed)
     n_lap = laplacian_count(setting, settings.heads)
@@ -153,30 +152,19 @@ def train_one(settings: GPTSettings, setting: str, seed: int, train_ids: torch.T
     opt = torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=settings.steps)
     tail = max(1, settings.steps // 10)
-    losses: list[float] = []
-    state = dict(modules={"model": model}, optimizers={"opt": opt}, schedulers={"sched": sched},
-                 generators={"gen": gen})
-    name = f"state-setting={setting},seed={seed}"
-    every, first = max(1, settings.steps // STATE_SAVES), 0
-    if ckpt is not None and (saved := ckpt.load_state(name, **state)) is not None:
-        first, losses = saved[0], list(saved[1])
-    forward = runs.maybe_compile(model)          # the model itself unless DDCL_COMPILE=1
-    model.train()
-    for step in progress(range(first, settings.steps), desc=f"GPT {setting} seed {seed}",
-                         total=settings.steps - first):
-        starts = torch.randint(0, len(train_ids) - block - 1, (settings.batch_size,),
-                               generator=gen).to(device)
-        x, y = _windows(train_ids, starts, block)
-        with runs.autocast(device):                  # bf16 on CUDA (paper), no-op on CPU
-            loss = _next_char_loss(forward, x, y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        sched.step()
-        losses.append(loss.item())
-        if ckpt is not None and (step + 1) % every == 0 and step + 1 < settings.steps:
-            ckpt.save_state(name, position=step + 1, extra=losses, **state)
-    model.eval()
+    every = max(1, settings.steps // STATE_SAVES)
+
+    def batches(r: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for _ in range(r * every, min((r + 1) * every, settings.steps)):
+            starts = torch.randint(0, len(train_ids) - block - 1, (settings.batch_size,),
+                                   generator=gen).to(device)
+            yield _windows(train_ids, starts, block)
+
+    log = fit(model, opt, rounds=math.ceil(settings.steps / every), batches=batches,
+              loss=lambda forward, xy: _next_char_loss(forward, *xy), device=device, run=ckpt,
+              name=f"state-setting={setting},seed={seed}", schedulers=[sched],
+              generators={"gen": gen}, desc=f"GPT {setting} seed {seed}")
+    losses = log.step_losses
     starts = torch.linspace(0, len(val_ids) - block - 2, settings.eval_windows).long().to(device)
     x, y = _windows(val_ids, starts, block)
     with torch.no_grad():
@@ -226,55 +214,6 @@ def run(settings: GPTSettings | None = None) -> GPTSweep:
             for seed in settings.seeds:
                 key = f"setting={s},seed={seed}"
                 done.append(ckpt.unit(key, functools.partial(
-                    train_one, settings, s, seed, train_ids, val_ids, len(vocab), device,
-                    ckpt if ckpt.enabled else None)))
-                ckpt.clear_state(f"state-{key}")
+                    train_one, settings, s, seed, train_ids, val_ids, len(vocab), device, ckpt)))
     ckpt.finish()
     return GPTSweep(settings, done, source, len(vocab))
-
-
-def verdict_l8(vit: ViTSweep, gpt: GPTSweep) -> Verdict:
-    """L8: faster spectral decay (lower k99) with all heads Laplacian, beyond the seed spread.
-
-    ``reproduced`` when it holds for both the ViT and the GPT, ``qualified`` for one of them,
-    ``not reproduced`` for neither.
-    """
-    kv, kg = vit.summary("k99"), gpt.summary("k99")
-    held = [name for name, k in (("ViT", kv), ("GPT", kg)) if compare(k, "all", "0") < 0]
-    higher = [name for name, k in (("ViT", kv), ("GPT", kg)) if compare(k, "all", "0") > 0]
-    verdict = "reproduced" if len(held) == 2 else "qualified" if held else "not reproduced"
-    rel_v = 100 * (kv["all"][0] / kv["0"][0] - 1)
-    rel_g = 100 * (kg["all"][0] / kg["0"][0] - 1)
-    evidence = (f"k99 of last-layer token representations (width {vit.settings.dim} ViT, "
-                f"{gpt.settings.dim} GPT). ViT: {_fmt(kv)}; GPT: {_fmt(kg)}. "
-                f"Lower with all heads Laplacian beyond the seed spread: {held or 'neither'}; "
-                f"clearly higher: {higher or 'neither'}.")
-    return Verdict(verdict, evidence, f"all vs 0 heads: ViT {kv['0'][0]:.3g} -> "
-                   f"{kv['all'][0]:.3g} ({rel_v:+.2g}%), GPT {kg['0'][0]:.3g} -> "
-                   f"{kg['all'][0]:.3g} ({rel_g:+.2g}%)")
-
-
-def verdict_l9(gpt: GPTSweep, setting: str | None = None) -> Verdict:
-    """L9: a language model with some Laplacian heads is better and its same-next-token
-    representations are more separable (lower CDNV), compared with no Laplacian heads.
-
-    The paper's downstream-task average is not measurable here; validation loss stands in for
-    it. ``setting`` defaults to ``settings.l9_setting`` (half of the heads in the cpu profile, 5 of
-    12 as in the paper in the paper profile). ``qualified`` when either lower validation loss or lower CDNV holds beyond the seed
-    spread (at most ``qualified`` because the downstream part is replaced), ``not reproduced``
-    when neither does.
-    """
-    setting = setting or gpt.settings.l9_setting
-    loss, sep = gpt.summary("val_loss"), gpt.summary("cdnv")
-    parts = {"lower validation loss": compare(loss, setting, "0") < 0,
-             "lower CDNV": compare(sep, setting, "0") < 0}
-    held = [k for k, v in parts.items() if v]
-    verdict = "qualified" if held else "not reproduced"
-    evidence = (f"Character GPT on {gpt.source}, {gpt.settings.steps} steps, "
-                f"{len(gpt.settings.seeds)} seeds; '{setting}' = "
-                f"{laplacian_count(setting, gpt.settings.heads)} of {gpt.settings.heads} heads "
-                f"Laplacian in every layer. Validation loss (nats/char): {_fmt(loss)}; CDNV of "
-                f"next-character classes: {_fmt(sep)}. Holding vs 0 heads beyond the seed "
-                f"spread: {held or 'none'}. Downstream tasks not run (validation loss stands in).")
-    return Verdict(verdict, evidence, f"{setting} vs 0 heads: val loss {loss['0'][0]:.3g} -> "
-                   f"{loss[setting][0]:.3g}, CDNV {sep['0'][0]:.3g} -> {sep[setting][0]:.3g}")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,15 +24,18 @@ import torch.nn.functional as F
 
 from ddcl_theory import data
 from ddcl_theory.experiments import require_positive_ints
+
+# the decision rules' comparison beyond the seed spread, re-exported here for orbital_debris
+from ddcl_theory.ledger.decisions.laplacian_experiments import compare
 from ddcl_theory.metrics import geometry as metrics
 from ddcl_theory.models.transformer import value_output_maps
 from ddcl_theory.models.vit import ViT
 from ddcl_theory.runtime import profile, runs
-from ddcl_theory.runtime.progress import progress
+from ddcl_theory.runtime.training import TrainLog, fit
 
 __all__ = ["HEAD_SETTINGS", "laplacian_count", "ViTSettings", "ViTRun", "ViTSweep", "run",
-           "summarise", "compare", "Verdict", "verdict_l6", "verdict_l7", "num_threads",
-           "head_sign_balances"]
+           "summarise", "compare", "num_threads", "head_sign_balances", "prepare_patches",
+           "train_vit"]
 
 HEAD_SETTINGS = ("0", "1", "half", "all")
 #: Training and test images of the paper smoke test (one batch of the paper's size each).
@@ -82,34 +85,6 @@ def summarise(runs: Sequence, field: str, settings: Sequence[str] = HEAD_SETTING
     return out
 
 
-def compare(summary: dict[str, tuple[float, float]], a: str, b: str) -> int:
-    """+1 if setting ``a``'s mean is above ``b``'s by more than the spread, -1 if below, else 0.
-
-    The margin is ``sqrt(std_a^2 + std_b^2)`` (the spread of the difference of two single runs),
-    so a difference inside the seed-to-seed noise counts as no difference.
-    """
-    (ma, sa), (mb, sb) = summary[a], summary[b]
-    margin = math.hypot(sa, sb)
-    if ma - mb > margin:
-        return 1
-    if mb - ma > margin:
-        return -1
-    return 0
-
-
-def _fmt(summary: dict[str, tuple[float, float]], digits: int = 3) -> str:
-    return ", ".join(f"{k}: {m:.{digits}g} +- {s:.2g}" for k, (m, s) in summary.items())
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """A verdict word with its evidence sentence and our headline value."""
-
-    verdict: str
-    evidence: str
-    our_value: str
-
-
 @dataclass(frozen=True)
 class ViTSettings:
     """Scale of the ViT sweep; :meth:`from_profile` picks it from the active profile."""
@@ -148,7 +123,8 @@ class ViTSettings:
                    threads=p.pick(cpu=1, paper=None))
 
     def __post_init__(self) -> None:
-        require_positive_ints(self, skip=("lr", "weight_decay", "seeds", "head_settings", "threads"))
+        require_positive_ints(self, skip=("lr", "weight_decay", "seeds", "head_settings",
+                                          "threads"))
         if not self.seeds:
             raise ValueError("seeds: expected at least one seed")
         for s in self.head_settings:
@@ -192,7 +168,9 @@ class ViTSweep:
         return summarise(self.runs, field, self.settings.head_settings)
 
 
-def _prepare(settings: ViTSettings) -> tuple[torch.Tensor, ...]:
+def prepare_patches(settings: ViTSettings) -> tuple:
+    """The CIFAR-10 subset of ``settings`` as normalised patches: ``(train patches (N, T, p),
+    train labels (N,), test patches, test labels, source, number of classes)``."""
     d = data.load_cifar10()
     size = d.x_train.shape[1]
     # the fallback digits are 8x8: use 2x2 patches there (16 tokens) instead of one token
@@ -222,38 +200,64 @@ def head_sign_balances(model: torch.nn.Module) -> tuple[float | None, float | No
             float(np.mean(laplacian)) if laplacian else None)
 
 
+def _cross_entropy(forward: Callable, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(forward(x), y)
+
+
+def train_vit(model: torch.nn.Module, settings: ViTSettings, x: torch.Tensor, y: torch.Tensor,
+              gen: torch.Generator, device: str, *,
+              objective: Callable[[Callable, torch.Tensor, torch.Tensor], torch.Tensor]
+              = _cross_entropy,
+              end_of_round: Callable[[int], dict | None] | None = None,
+              run: runs.RunDir | None = None, name: str = "state",
+              desc: str = "ViT") -> TrainLog:
+    """The one ViT training path: AdamW on the trainable parameters, a cosine schedule over all
+    steps, ``settings.epochs`` epochs of batches of ``settings.batch_size`` in an order drawn
+    from ``gen`` each epoch, through :func:`ddcl_theory.runtime.training.fit` (autocast on CUDA,
+    optional compile, checkpoints in ``run`` under ``name`` after every epoch).
+
+    Args:
+        model: on ``device``, seeded before it was built.
+        x, y: training patches (N, T, p) and labels (N,) on ``device``.
+        objective: ``(forward, x batch, y batch) -> scalar loss`` (default: cross-entropy of
+            ``forward(x)``).
+        end_of_round: called after every epoch (its dicts land in ``TrainLog.metrics``).
+    """
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=settings.lr,
+                            weight_decay=settings.weight_decay)
+    n = x.shape[0]
+    steps_per_epoch = math.ceil(n / settings.batch_size)
+    total = settings.epochs * steps_per_epoch
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda step: 0.5 * (1 + math.cos(math.pi * min(step, total) / total)))
+    size = settings.batch_size
+
+    def batches(_epoch: int) -> Iterator[torch.Tensor]:
+        order = torch.randperm(n, generator=gen).to(device)
+        return (order[i * size:(i + 1) * size] for i in range(steps_per_epoch))
+
+    return fit(model, opt, rounds=settings.epochs, batches=batches,
+               loss=lambda forward, idx: objective(forward, x[idx], y[idx]), device=device,
+               run=run, name=name, schedulers=[sched], generators={"gen": gen},
+               end_of_round=end_of_round, desc=desc)
+
+
 def train_one(settings: ViTSettings, setting: str, seed: int, tensors: tuple, num_classes: int,
-              device: str) -> ViTRun:
-    """Train one ViT and measure it; deterministic given the seed (CPU, fixed threads)."""
+              device: str, ckpt: runs.RunDir | None = None) -> ViTRun:
+    """Train one ViT and measure it; deterministic given the seed (CPU, fixed threads).
+
+    With an enabled ``ckpt`` (the paper profile) the training state is saved after every epoch
+    and a saved state of this (setting, seed) is resumed from.
+    """
     p_tr, y_tr, p_te, y_te = (t.to(device) for t in tensors)
     gen = profile.seed_everything(seed)
     n_lap = laplacian_count(setting, settings.heads)
     model = ViT(p_tr.shape[1], p_tr.shape[2], num_classes, dim=settings.dim,
                 depth=settings.depth, heads=settings.heads, laplacian_heads=n_lap,
                 mlp_ratio=settings.mlp_ratio, pool="mean").to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=settings.lr,
-                            weight_decay=settings.weight_decay)
-    n = p_tr.shape[0]
-    steps_per_epoch = math.ceil(n / settings.batch_size)
-    total = settings.epochs * steps_per_epoch
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda step: 0.5 * (1 + math.cos(math.pi * min(step, total) / total)))
-    forward = runs.maybe_compile(model)          # the model itself unless DDCL_COMPILE=1
-    last_losses: list[float] = []
-    model.train()
-    for epoch in progress(range(settings.epochs), desc=f"ViT {setting} seed {seed}"):
-        order = torch.randperm(n, generator=gen).to(device)
-        last_losses = []
-        for i in range(steps_per_epoch):
-            idx = order[i * settings.batch_size:(i + 1) * settings.batch_size]
-            with runs.autocast(device):              # bf16 on CUDA (paper), no-op on CPU
-                loss = F.cross_entropy(forward(p_tr[idx]), y_tr[idx])
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            sched.step()
-            last_losses.append(loss.item())
-    model.eval()
+    log = train_vit(model, settings, p_tr, y_tr, gen, device, run=ckpt,
+                    name=f"state-setting={setting},seed={seed}",
+                    desc=f"ViT {setting} seed {seed}")
     with torch.no_grad():
         logits, states = model(p_te, return_hidden=True)
         tokens = model.norm(states[-1])                           # (N, T, d)
@@ -265,7 +269,7 @@ def train_one(settings: ViTSettings, setting: str, seed: int, tensors: tuple, nu
     fr = metrics.anova_split(tok, labels).fractions()
     nc = metrics.neural_collapse(tok.mean(axis=1), labels)
     return ViTRun(setting=setting, laplacian_heads=n_lap, seed=seed,
-                  train_loss=float(np.mean(last_losses)), test_acc=acc,
+                  train_loss=float(np.mean(log.last_round_losses)), test_acc=acc,
                   within_seq=fr["within_sequence"], between_seq=fr["between_sequence"],
                   within_class=fr["within_class"], between_class=fr["between_class"],
                   nc1=nc.nc1, equinorm=nc.equinorm, cos_mean=nc.cos_mean,
@@ -278,74 +282,18 @@ def train_one(settings: ViTSettings, setting: str, seed: int, tensors: tuple, nu
 def run(settings: ViTSettings | None = None) -> ViTSweep:
     """Train and measure every (head setting, seed) pair of ``settings``.
 
-    In the paper profile every finished (setting, seed) run is checkpointed
-    (:class:`runs.RunDir`), so a killed sweep resumes at the next unfinished run.
+    In the paper profile every finished (setting, seed) run is checkpointed, and so is the
+    training state within a run after every epoch (:class:`runs.RunDir`): a killed sweep resumes
+    where it stopped.
     """
     settings = settings or ViTSettings.from_profile()
     device = profile.current().device
     ckpt = runs.RunDir("laplacian_vit", settings)
     with num_threads(settings.threads):
-        *tensors, source, num_classes = _prepare(settings)
+        *tensors, source, num_classes = prepare_patches(settings)
         done = [ckpt.unit(f"setting={s},seed={seed}",
                           functools.partial(train_one, settings, s, seed, tuple(tensors),
-                                            num_classes, device))
+                                            num_classes, device, ckpt))
                 for s in settings.head_settings for seed in settings.seeds]
     ckpt.finish()
     return ViTSweep(settings, done, source, num_classes, tokens=int(tensors[0].shape[1]))
-
-
-def verdict_l6(sweep: ViTSweep) -> Verdict:
-    """L6: accuracy improves (almost) monotonically with the number of Laplacian heads.
-
-    ``reproduced`` when all-Laplacian beats no-Laplacian beyond the seed spread and no step up
-    the sweep loses accuracy beyond the spread; ``qualified`` when some Laplacian setting beats
-    the baseline but not that way; ``not reproduced`` otherwise.
-    """
-    acc = sweep.summary("test_acc")
-    order = list(sweep.settings.head_settings)
-    lap = [s for s in order if s != "0"]
-    gain_all = compare(acc, "all", "0")
-    drops = [b for a, b in zip(order, order[1:]) if compare(acc, b, a) < 0]
-    better = [s for s in lap if compare(acc, s, "0") > 0]
-    if gain_all > 0 and not drops:
-        verdict = "reproduced"
-    elif better:
-        verdict = "qualified"
-    else:
-        verdict = "not reproduced"
-    delta = 100 * (acc["all"][0] - acc["0"][0])
-    evidence = (f"ViT (d={sweep.settings.dim}, {sweep.settings.depth} layers, "
-                f"{sweep.settings.heads} heads) on {sweep.settings.n_train} {sweep.source} "
-                f"images, {len(sweep.settings.seeds)} seeds; test accuracy by Laplacian heads "
-                f"per layer: {_fmt(acc)}. Clearly above the 0-head baseline: "
-                f"{better or 'none'}; drops along the sweep: {drops or 'none'}.")
-    return Verdict(verdict, evidence, f"all vs 0 heads: {delta:+.2g} points "
-                   f"({100 * acc['all'][0]:.3g}% vs {100 * acc['0'][0]:.3g}%)")
-
-
-def verdict_l7(sweep: ViTSweep) -> Verdict:
-    """L7: with all heads Laplacian, lower within-sequence variance share, higher between-class
-    share (ANOVA) and stronger Neural Collapse (lower NC1), each beyond the seed spread.
-
-    ``reproduced`` when all three hold, ``qualified`` when two do, ``not reproduced`` when at
-    most one does (the evidence also names the parts that go clearly the other way).
-    """
-    within = sweep.summary("within_seq")
-    between = sweep.summary("between_class")
-    nc1 = sweep.summary("nc1")
-    signs = {"lower within-sequence share": -compare(within, "all", "0"),
-             "higher between-class share": compare(between, "all", "0"),
-             "lower NC1": -compare(nc1, "all", "0")}
-    held = [k for k, v in signs.items() if v > 0]
-    reversed_ = [k for k, v in signs.items() if v < 0]
-    verdict = ("reproduced" if len(held) == 3 else "qualified" if len(held) == 2
-               else "not reproduced")
-    evidence = (f"Last-layer token representations of the ViT on {sweep.source} test images "
-                f"(shares of the total variance). Within-sequence: {_fmt(within)}; "
-                f"between-class: {_fmt(between)}; NC1 of sequence means: {_fmt(nc1)}. "
-                f"Holding beyond the seed spread (all vs 0 heads): {held or 'none'}; "
-                f"clearly reversed: {reversed_ or 'none'}.")
-    our = (f"within-seq {within['0'][0]:.3g} -> {within['all'][0]:.3g}, between-class "
-           f"{between['0'][0]:.3g} -> {between['all'][0]:.3g}, NC1 {nc1['0'][0]:.3g} -> "
-           f"{nc1['all'][0]:.3g}")
-    return Verdict(verdict, evidence, our)

@@ -8,6 +8,8 @@ they are not those of a large pretrained Transformer.
 """
 from __future__ import annotations
 
+import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +20,7 @@ from torch import nn
 from ddcl_theory.data import load_text
 from ddcl_theory.layers.laplacian import LaplacianAttention
 from ddcl_theory.runtime import profile, runs
+from ddcl_theory.runtime.training import fit
 
 
 @dataclass(frozen=True)
@@ -68,21 +71,28 @@ class _OneLayer(nn.Module):
         return (logits, p) if return_attention else logits
 
 
+#: Saves of the training state per run (paper profile): a killed run resumes at the last save.
+STATE_SAVES = 10
+
+
 def run(settings: LearnedAttentionSettings | None = None) -> LearnedAttentionResult:
     """Train the one-layer model and return its attention matrices on held-out text.
 
-    In the paper profile the finished run is checkpointed (:class:`runs.RunDir`): a chapter
-    rerun after an interruption reads it back instead of training again.
+    In the paper profile the finished run is checkpointed (:class:`runs.RunDir`), and so is its
+    training state :data:`STATE_SAVES` times: a chapter rerun after an interruption reads the
+    result back, or resumes the training where it stopped.
     """
     s = settings or LearnedAttentionSettings.from_profile()
     ckpt = runs.RunDir("learned_attention", s)
-    result = ckpt.unit("run", lambda: _train(s))
+    result = ckpt.unit("run", lambda: _train(s, ckpt))
     ckpt.finish()
     return result
 
 
-def _train(s: LearnedAttentionSettings) -> LearnedAttentionResult:
-    """The training run of :func:`run` on the profile's device."""
+def _train(s: LearnedAttentionSettings, ckpt: runs.RunDir | None = None
+           ) -> LearnedAttentionResult:
+    """The training run of :func:`run` on the profile's device, through
+    :func:`ddcl_theory.runtime.training.fit` in rounds of ``steps // STATE_SAVES`` steps."""
     device = profile.current().device
     gen = profile.seed_everything(s.seed)
     text, source = load_text()
@@ -95,30 +105,36 @@ def _train(s: LearnedAttentionSettings) -> LearnedAttentionResult:
     vocab = len(chars)
     model = _OneLayer(vocab, s).to(device)        # initialised on the CPU: same weights
     opt = torch.optim.Adam(model.parameters(), lr=s.lr)
-    forward = runs.maybe_compile(model)          # the model itself unless DDCL_COMPILE=1
 
     def batch(data: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         start = torch.randint(0, len(data) - s.seq_len - 1, (n,), generator=gen)
         win = torch.stack([data[i: i + s.seq_len + 1] for i in start.tolist()])
         return win[:, :-1], win[:, 1:]
 
-    losses = []
-    for _ in range(s.steps):
-        inp, nxt = batch(train, s.batch)
+    every = max(1, s.steps // STATE_SAVES)
+
+    def batches(r: int) -> Iterator[tuple[torch.Tensor, ...]]:
+        for _ in range(r * every, min((r + 1) * every, s.steps)):
+            inp, nxt = batch(train, s.batch)
+            if s.causal:
+                yield inp, nxt
+            else:
+                hide = (torch.rand(inp.shape, generator=gen) < s.mask_rate).to(device)
+                hide[:, 0] |= ~hide.any(dim=1)
+                yield inp, hide
+
+    def loss(forward, b: tuple[torch.Tensor, ...]) -> torch.Tensor:
         if s.causal:
-            with runs.autocast(device):              # bf16 on CUDA (paper), no-op on CPU
-                loss = F.cross_entropy(forward(inp).reshape(-1, vocab), nxt.reshape(-1))
-        else:
-            hide = (torch.rand(inp.shape, generator=gen) < s.mask_rate).to(device)
-            hide[:, 0] |= ~hide.any(dim=1)
-            with runs.autocast(device):
-                logits = forward(inp.masked_fill(hide, vocab))
-                loss = F.cross_entropy(logits[hide], inp[hide])
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    model.eval()
+            inp, nxt = b
+            return F.cross_entropy(forward(inp).reshape(-1, vocab), nxt.reshape(-1))
+        inp, hide = b
+        logits = forward(inp.masked_fill(hide, vocab))
+        return F.cross_entropy(logits[hide], inp[hide])
+
+    log = fit(model, opt, rounds=math.ceil(s.steps / every), batches=batches, loss=loss,
+              device=device, run=ckpt, name="state", generators={"gen": gen},
+              desc=f"learned attention ({'causal' if s.causal else 'bidirectional'})")
+    losses = log.step_losses
     with torch.no_grad():
         inp, _ = batch(held, s.samples)
         _, p = model(inp, return_attention=True)

@@ -6,8 +6,9 @@
       -> DDCLAttention(dim, K, heads, residual + LayerNorm) and its ``.pooled``  (B, dim)
       -> linear classifier                                                      (B, classes)
 
-The encoder is the chapter-06 ViT unchanged, so "with Laplacian heads" and "without" differ only
-in ``laplacian_heads``; the readout is the chapter-01 DDCL readout.
+The encoder is the ViT of the Laplacian-head sweep (chapter ``laplacian_experiments``) unchanged,
+so "with Laplacian heads" and "without" differ only in ``laplacian_heads``; the readout is the
+DDCL readout of the chapter ``ddcl_layer``.
 """
 from __future__ import annotations
 

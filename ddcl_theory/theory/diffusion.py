@@ -6,7 +6,8 @@ M (d, d) the product W_V W_O of a head. A Laplacian head adds (I - P) X M to the
 an ordinary head adds P X M.
 
 Numerical functions work on float64 NumPy arrays (torch tensors are converted); the symbolic
-checks (``sym_*``) return SymPy expressions that simplify to zero when the identity holds.
+checks (``sym_*``) return a :class:`~ddcl_theory.theory.symbolic.SymbolicCheck` whose residual
+simplifies to zero when the identity holds (``sym_stochastic`` builds their symbolic matrices).
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import scipy.linalg
 import sympy as sp
 
 from ddcl_theory.runtime.validate import as_float64
+from ddcl_theory.theory.symbolic import SymbolicCheck, identity
 
 
 # ----------------------------------------------------------------------------- basic checks
@@ -109,6 +111,21 @@ def reversible_stochastic(t: int, rng: np.random.Generator, *,
     w = np.exp((a + a.T) / 2)
     deg = w.sum(axis=1)
     return w / deg[:, None], deg / deg.sum()
+
+
+def sinkhorn(weights, iters: int = 200) -> np.ndarray:
+    """A doubly stochastic (T, T) matrix from positive weights by Sinkhorn scaling: ``iters``
+    alternations of row and column normalisation, then a final row normalisation (rows sum to
+    one exactly, columns to within the scaling's convergence)."""
+    a = _as_array(weights, "weights", 2)
+    if (a <= 0).any():
+        raise ValueError("weights: expected positive entries")
+    if not isinstance(iters, int) or iters < 1:
+        raise ValueError(f"iters: expected an int >= 1, got {iters!r}")
+    for _ in range(iters):
+        a = a / a.sum(1, keepdims=True)
+        a = a / a.sum(0, keepdims=True)
+    return a / a.sum(1, keepdims=True)
 
 
 def stationary_distribution(p) -> np.ndarray:
@@ -279,71 +296,96 @@ def sym_stochastic(n: int, prefix: str = "p", causal: bool = False) -> sp.Matrix
     return sp.Matrix(rows)
 
 
-def sym_laplacian_kills_ones(n: int) -> sp.Matrix:
-    """(I - P) 1 for a symbolic row-stochastic P; simplifies to the zero vector (L1)."""
+def sym_laplacian_kills_ones(n: int) -> SymbolicCheck:
+    """(I - P) 1 = 0 for a symbolic row-stochastic n x n P (L1); the residual is the simplified
+    vector (I - P) 1."""
     p = sym_stochastic(n)
-    return sp.simplify((sp.eye(n) - p) * sp.ones(n, 1))
+    return identity(f"(I - P) 1 = 0 for a symbolic stochastic {n}x{n} P",
+                    sp.simplify((sp.eye(n) - p) * sp.ones(n, 1)))
 
 
-def sym_gershgorin_radius_gap(n: int) -> list[sp.Expr]:
-    """For each row i: 1 - (|c_i - 1| + r_i), c_i = 1 - P_ii (disc centre), r_i = sum_{j!=i} P_ij.
+def sym_gershgorin_radius_gap(n: int) -> SymbolicCheck:
+    """Every Gershgorin disc of I - P is tangent to the inside of |z - 1| <= 1 (L1).
 
-    Each entry simplifies to 0: every Gershgorin disc of I - P is tangent to the inside of
-    the disc |z - 1| <= 1, so the spectrum lies in it (L1). Uses 0 <= P_ii <= 1.
+    The residual is the ``Tuple`` over rows i of 1 - (|c_i - 1| + r_i), with c_i = 1 - P_ii the
+    disc centre and r_i = sum_{j!=i} P_ij its radius; each simplifies to 0 (uses
+    0 <= P_ii <= 1), so the spectrum lies in the disc.
     """
     p = sym_stochastic(n)
     out = []
     for i in range(n):
-        centre = 1 - p[i, i]
         radius = sum((p[i, j] for j in range(n) if j != i), sp.S(0))
         # |c - 1| = |P_ii| = P_ii for P_ii >= 0; the radius is 1 - P_ii by row-stochasticity
         out.append(sp.simplify(1 - (p[i, i] + radius)))
-    return out
+    return identity(f"Gershgorin discs of I - P touch |z - 1| = 1 from inside ({n}x{n})",
+                    sp.Tuple(*out))
 
 
-def sym_two_by_two_eigenvalues() -> tuple[set, sp.Expr]:
-    """Eigenvalues of I - P for P = [[1-a, a], [b, 1-b]]: {0, a + b}, and a + b in [0, 2]."""
+def sym_two_by_two_eigenvalues() -> SymbolicCheck:
+    """The eigenvalues of I - P for P = [[1-a, a], [b, 1-b]] are 0 and a + b (a + b in [0, 2]).
+
+    ``details``: ``eigenvalues`` (the set SymPy computes) and ``nonzero`` (a + b).
+    """
     a, b = sp.symbols("a b", nonnegative=True)
     lap = sp.eye(2) - sp.Matrix([[1 - a, a], [b, 1 - b]])
-    return set(lap.eigenvals()), a + b
+    eigenvalues = set(lap.eigenvals())
+    residual = sp.Tuple(*sp.ordered(sp.FiniteSet(*eigenvalues) ^ sp.FiniteSet(0, a + b)))
+    return identity("eigenvalues of I - [[1-a, a], [b, 1-b]] are 0 and a + b", residual,
+                    eigenvalues=eigenvalues, nonzero=a + b)
 
 
-def sym_euler_is_lazy_walk(n: int) -> sp.Matrix:
-    """X - tau (I-P) X - ((1-tau) I + tau P) X for symbolic P, X, tau: simplifies to 0 (L2)."""
+def sym_euler_is_lazy_walk(n: int) -> SymbolicCheck:
+    """X - tau (I-P) X = ((1-tau) I + tau P) X for symbolic P (n x n), X (n x 2), tau (L2);
+    the residual is the simplified difference."""
     p = sym_stochastic(n)
     tau = sp.Symbol("tau", nonnegative=True)
     x = sp.Matrix(n, 2, lambda i, j: sp.Symbol(f"x{i + 1}{j + 1}"))
-    return sp.simplify(x - tau * (sp.eye(n) - p) * x - ((1 - tau) * sp.eye(n) + tau * p) * x)
+    return identity("an Euler step of the heat equation is a lazy random walk",
+                    sp.simplify(x - tau * (sp.eye(n) - p) * x
+                                - ((1 - tau) * sp.eye(n) + tau * p) * x))
 
 
-def sym_mean_blindness(n: int) -> sp.Matrix:
-    """(I-P)(1 m^T + Xc) M - (I-P) Xc M for symbolic P, m, Xc, M: simplifies to 0 (L3)."""
+def sym_mean_blindness(n: int) -> SymbolicCheck:
+    """(I-P)(1 m^T + Xc) M = (I-P) Xc M for symbolic P, m, Xc, M (L3); the residual is the
+    simplified difference."""
     p = sym_stochastic(n)
     m = sp.Matrix(1, 2, sp.symbols("m1 m2"))
     xc = sp.Matrix(n, 2, lambda i, j: sp.Symbol(f"c{i + 1}{j + 1}"))
     mm = sp.Matrix(2, 2, sp.symbols("M11 M12 M21 M22"))
     lap = sp.eye(n) - p
-    return sp.simplify(lap * (sp.ones(n, 1) * m + xc) * mm - lap * xc * mm)
+    return identity("a Laplacian head does not see the sequence mean",
+                    sp.simplify(lap * (sp.ones(n, 1) * m + xc) * mm - lap * xc * mm))
 
 
-def sym_output_mean(n: int) -> tuple[sp.Matrix, sp.Matrix]:
-    """(1^T (I - P) Xc, 1^T - 1^T P) for symbolic P and centred Xc (a column summing to 0).
+def sym_output_mean(n: int) -> SymbolicCheck:
+    """The token sum of (I - P) Xc is u^T Xc with u = 1 - P^T 1 and 1^T u = 0 (L3), for
+    symbolic P and centred Xc (a column summing to 0).
 
     The token sum of a Laplacian head's output is (1^T - 1^T P) Xc M: zero for every centred
-    Xc iff the column sums of P are all 1 (P doubly stochastic) (L3).
+    Xc iff the column sums of P are all 1 (P doubly stochastic). The residual is the pair
+    (1^T (I - P) Xc - u^T Xc, 1^T u); ``details``: ``total`` = 1^T (I - P) Xc (expanded) and
+    ``defect`` = 1^T - 1^T P.
     """
     p = sym_stochastic(n)
     c = list(sp.symbols(f"c1:{n}"))
     xc = sp.Matrix(c + [-sum(c, sp.S(0))])
     ones = sp.ones(1, n)
-    return sp.expand(ones * (sp.eye(n) - p) * xc), sp.simplify(ones - ones * p)
+    total = sp.expand(ones * (sp.eye(n) - p) * xc)
+    defect = sp.simplify(ones - ones * p)
+    residual = sp.Tuple(sp.expand(total[0] - (defect * xc)[0]), sp.simplify(sum(defect)))
+    return identity("the token mean of (I - P) Xc is set by the column-sum defects", residual,
+                    total=total, defect=defect)
 
 
-def sym_causal_charpoly(n: int) -> tuple[sp.Expr, sp.Expr]:
-    """(det(lambda I - (I - P)), prod_i (lambda - (1 - P_ii))) for a symbolic causal P (L11)."""
+def sym_causal_charpoly(n: int) -> SymbolicCheck:
+    """det(lambda I - (I - P)) = prod_i (lambda - (1 - P_ii)) for a symbolic causal P (L11).
+
+    ``details``: ``charpoly`` (factored) and ``product``.
+    """
     p = sym_stochastic(n, causal=True)
     lam = sp.Symbol("lambda")
     lap = sp.eye(n) - p
     char = sp.factor((lam * sp.eye(n) - lap).det())
     prod = sp.Mul(*[lam - (1 - p[i, i]) for i in range(n)])
-    return char, prod
+    return identity(f"the spectrum of I - P for a causal {n}x{n} P is 1 - diag(P)",
+                    sp.simplify(char - prod), charpoly=char, product=prod)

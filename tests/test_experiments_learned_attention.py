@@ -1,0 +1,50 @@
+"""ddcl_theory.experiments.learned_attention: attention matrices of a small trained model (for
+L1 and L11), trained through the one loop and resumable after a kill."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ddcl_theory.experiments import learned_attention as la
+from ddcl_theory.runtime import runs
+
+
+class _Killed(Exception):
+    pass
+
+
+class _KilledAfter(runs.RunDir):
+    """A run directory whose process dies right after its ``saves``-th state save."""
+
+    def __init__(self, *args, saves: int, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.left = saves
+
+    def save_state(self, *args, **kwargs) -> None:
+        super().save_state(*args, **kwargs)
+        self.left -= 1
+        if self.left == 0:
+            raise _Killed
+
+
+def test_learned_attention_matrices_are_stochastic_and_causal():
+    s = la.LearnedAttentionSettings(causal=True, seq_len=8, dim=8, heads=2, steps=3, samples=2)
+    res = la.run(s)
+    assert res.attention.shape == (2, 2, 8, 8)
+    np.testing.assert_allclose(res.attention.sum(-1), 1.0, atol=1e-12)
+    assert np.all(np.triu(res.attention, k=1) == 0)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_a_killed_training_resumes_to_the_same_attention(tmp_path, causal):
+    s = la.LearnedAttentionSettings(causal=causal, seq_len=8, dim=8, heads=2, steps=20,
+                                    samples=2)
+    whole = la._train(s)
+    with pytest.raises(_Killed):
+        la._train(s, _KilledAfter("la-test", s, root=tmp_path, enabled=True, saves=4))
+    run = runs.RunDir("la-test", s, root=tmp_path, enabled=True)
+    assert run.state_path("state").is_file()
+    resumed = la._train(s, run)
+    assert np.array_equal(resumed.attention, whole.attention)
+    assert (resumed.first_loss, resumed.last_loss) == (whole.first_loss, whole.last_loss)
+    assert not run.state_path("state").exists()
