@@ -7,8 +7,7 @@ __all__ = ["DDCLAttention", "LaplacianAttention", "__version__"]
 
 
 def __getattr__(name: str):
-    # Lazy so that `import ddcl_theory.ledger.claims` stays light and independent modules can land one
-    # at a time.
+    # Lazy, so that `import ddcl_theory.ledger.claims` stays light.
     if name == "DDCLAttention":
         from ddcl_theory.layers.ddcl import DDCLAttention
         return DDCLAttention
