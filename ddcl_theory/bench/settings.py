@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ddcl_theory.runtime import profile
+from ddcl_theory.runtime.validate import check_positive_int
 
 __all__ = ["METHODS", "QUICK_SEQ_LENS", "FULL_SEQ_LENS", "BenchSettings"]
 
@@ -39,9 +40,7 @@ class BenchSettings:
     def __post_init__(self) -> None:
         for name in ("dim", "heads", "num_prototypes", "batch", "repeats", "threads",
                      "laplacian_seq_len", "laplacian_repeats"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name}: expected a positive int, got {v!r}")
+            check_positive_int(getattr(self, name), name)
         if self.dim % self.heads:
             raise ValueError(f"dim: expected a multiple of heads={self.heads}, got {self.dim}")
         for name in ("seq_lens", "compile_seq_lens"):
