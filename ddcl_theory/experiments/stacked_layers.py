@@ -33,7 +33,7 @@ from ddcl_theory.experiments.text_readout import (
     load_corpus,
 )
 from ddcl_theory.layers.readouts import PackedTokens, Standardiser
-from ddcl_theory.metrics.clustering import clustering_acc, nmi, purity
+from ddcl_theory.metrics.clustering import clustering_acc, contingency, nmi, purity
 from ddcl_theory.metrics.prototypes import separation, usage
 from ddcl_theory.models.stacked_ddcl import StackedDDCL
 from ddcl_theory.runtime import profile
@@ -261,8 +261,7 @@ def run(settings: StackedSettings | None = None, encoder=None,
         words.append(encoder.tokens([t for t, _ in top]))
     share1 = np.bincount(dom1, minlength=s.k1) / dom1.size
     y = corpus.train_y
-    groups = np.zeros((s.k2, len(NEWSGROUPS)), dtype=np.int64)
-    np.add.at(groups, (dom2, y), 1)
+    groups = contingency(y, dom2, n_classes=len(NEWSGROUPS), n_clusters=s.k2)
     nearest = [int(torch.where(torch.from_numpy(dom2 == k), d2[:, k].cpu(),
                                torch.tensor(float("inf"), dtype=d2.dtype)).argmin())
                if (dom2 == k).any() else -1 for k in range(s.k2)]
