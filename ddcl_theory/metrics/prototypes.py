@@ -21,6 +21,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ddcl_theory.runtime.validate import check_positive_int
+
 SEPARATION_KINDS = ("min", "mean", "trace")
 
 
@@ -46,8 +48,7 @@ def kmeans_pp_init(z: Tensor, k: int, generator: torch.Generator | None = None) 
     """
     if not isinstance(z, Tensor) or z.dim() != 2:
         raise ValueError(f"z: expected shape (N, d), got {getattr(z, 'shape', z)!r}")
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"k: expected an int >= 1, got {k!r}")
+    check_positive_int(k, "k")
     n = z.shape[0]
     if n < k:
         raise ValueError(f"z: k-means++ needs at least k={k} rows, got {n}")
