@@ -95,7 +95,6 @@ class DDCLDiagnostics:
     v: float
 
 
-
 class DDCLAttention(TemperatureLayer):
     """Multi-head DDCL-Attention layer; see the module docstring for the equations.
 
@@ -122,20 +121,8 @@ class DDCLAttention(TemperatureLayer):
                  residual: bool = True, norm: bool = True, bias: bool = True,
                  projections: bool = True, prototype_std: float = 0.5) -> None:
         super().__init__()
-        check_positive_int(dim, "dim")
-        check_positive_int(num_prototypes, "num_prototypes")
-        check_positive_int(heads, "heads")
-        if head_dim is None:
-            if dim % heads:
-                raise ValueError(f"dim: expected a multiple of heads={heads} (or pass head_dim), "
-                                 f"got {dim}")
-            head_dim = dim // heads
-        check_positive_int(head_dim, "head_dim")
-        if not (isinstance(prototype_std, (int, float)) and prototype_std > 0):
-            raise ValueError(f"prototype_std: expected a float > 0, got {prototype_std!r}")
-        if not projections and heads * head_dim != dim:
-            raise ValueError(f"head_dim: without projections heads * head_dim must equal "
-                             f"dim={dim}, got {heads} * {head_dim}")
+        head_dim = _checked_head_dim(dim, num_prototypes, heads, head_dim, projections,
+                                     prototype_std)
         self.dim, self.num_prototypes = dim, num_prototypes
         self.heads, self.head_dim = heads, head_dim
         self.residual, self.use_norm = bool(residual), bool(norm)
@@ -254,3 +241,23 @@ def _token_count(valid: Tensor | None, n: int, heads: int, dtype: torch.dtype) -
     if valid is None:
         return float(heads * max(n, 1))
     return (valid.sum().clamp_min(1) * heads).to(dtype)
+
+
+def _checked_head_dim(dim: int, num_prototypes: int, heads: int, head_dim: int | None,
+                      projections: bool, prototype_std: float) -> int:
+    """Check :class:`DDCLAttention`'s sizes (``ValueError`` naming the argument); the head size."""
+    check_positive_int(dim, "dim")
+    check_positive_int(num_prototypes, "num_prototypes")
+    check_positive_int(heads, "heads")
+    if head_dim is None:
+        if dim % heads:
+            raise ValueError(f"dim: expected a multiple of heads={heads} (or pass head_dim), "
+                             f"got {dim}")
+        head_dim = dim // heads
+    check_positive_int(head_dim, "head_dim")
+    if not (isinstance(prototype_std, (int, float)) and prototype_std > 0):
+        raise ValueError(f"prototype_std: expected a float > 0, got {prototype_std!r}")
+    if not projections and heads * head_dim != dim:
+        raise ValueError(f"head_dim: without projections heads * head_dim must equal "
+                         f"dim={dim}, got {heads} * {head_dim}")
+    return head_dim
