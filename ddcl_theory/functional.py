@@ -11,9 +11,10 @@ from torch import Tensor
 Temperature = float | Tensor
 
 
-def _work_dtype(dtype: torch.dtype) -> torch.dtype:
-    """float64 stays float64; everything else (float32, float16, bfloat16) computes in float32."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
+def work_dtype(*dtypes: torch.dtype) -> torch.dtype:
+    """The float32 island: float64 if any of ``dtypes`` is float64, else float32 (float32,
+    float16 and bfloat16 inputs all compute in float32)."""
+    return torch.float64 if torch.float64 in dtypes else torch.float32
 
 
 def check_temperature(temperature: Temperature, name: str = "temperature") -> None:
@@ -43,7 +44,7 @@ def squared_distances(z: Tensor, prototypes: Tensor) -> Tensor:
     the expansion ||z||^2 - 2 z.p + ||p||^2 accurate for data far from the origin.
     """
     _check_pair(z, prototypes)
-    work = _work_dtype(torch.promote_types(z.dtype, prototypes.dtype))
+    work = work_dtype(torch.promote_types(z.dtype, prototypes.dtype))
     z, p = z.to(work), prototypes.to(work)
     # the matrix product stays in `work` precision under autocast too (cancellation-prone)
     with torch.autocast(device_type=z.device.type, enabled=False):
@@ -83,7 +84,7 @@ def loss_terms(z: Tensor, prototypes: Tensor, q: Tensor) -> tuple[Tensor, Tensor
     if q.shape != (z.shape[0], prototypes.shape[0]):
         raise ValueError(f"q: expected shape ({z.shape[0]}, {prototypes.shape[0]}), "
                          f"got {tuple(q.shape)}")
-    work = _work_dtype(torch.promote_types(z.dtype, prototypes.dtype))
+    work = work_dtype(torch.promote_types(z.dtype, prototypes.dtype))
     z, p, q = z.to(work), prototypes.to(work), q.to(work)
     n = z.shape[0]
     if n == 0:

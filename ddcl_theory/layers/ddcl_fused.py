@@ -87,7 +87,7 @@ class PrototypeReadout(torch.autograd.Function):
         n = z.shape[0]
         heads, k, hd = prototypes.shape
         mu_dtype = torch.promote_types(z.dtype, prototypes.dtype)
-        work = F._work_dtype(mu_dtype)
+        work = F.work_dtype(mu_dtype)
         q_out = z.new_empty((heads, n, k))
         mu_out = z.new_empty((n, heads * hd), dtype=mu_dtype)
         direct_q = eager and q_out.dtype == work          # softmax straight into the output
@@ -172,7 +172,7 @@ class PrototypeReadout(torch.autograd.Function):
         eager = not torch.compiler.is_compiling()
         n = z.shape[0]
         heads, k, hd = prototypes.shape
-        work = F._work_dtype(torch.promote_types(z.dtype, prototypes.dtype))
+        work = F.work_dtype(torch.promote_types(z.dtype, prototypes.dtype))
         grad_z = z.new_empty(z.shape) if need_z else None
         direct_z = eager and z.dtype == work
         chunks, rows = _row_chunks(n, max(k, hd), eager, z.device.type)
