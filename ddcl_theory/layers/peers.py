@@ -50,6 +50,7 @@ import torch
 import torch.nn.functional as nnf
 from torch import Tensor, nn
 
+from ddcl_theory.functional import work_dtype
 from ddcl_theory.layers.ddcl import DDCLAttention
 from ddcl_theory.runtime.validate import check_positive_int, valid_tokens
 
@@ -89,11 +90,6 @@ def _check_positive_float(value: object, name: str) -> float:
             or value <= 0:
         raise ValueError(f"{name}: expected a finite float > 0, got {value!r}")
     return float(value)
-
-
-def _work_dtype(*dtypes: torch.dtype) -> torch.dtype:
-    """float64 if any of ``dtypes`` is float64, else float32 (the float32 island)."""
-    return torch.float64 if torch.float64 in dtypes else torch.float32
 
 
 def _linear(layer: nn.Linear, x: Tensor) -> Tensor:
@@ -258,7 +254,7 @@ class SlotAttentionReadout(nn.Module):
         if generator is not None and not isinstance(generator, torch.Generator):
             raise ValueError(f"generator: expected a torch.Generator, got "
                              f"{type(generator).__name__}")
-        work = _work_dtype(x.dtype, self._param_dtype())
+        work = work_dtype(x.dtype, self._param_dtype())
         b, t, d = x.shape
         with torch.autocast(device_type=x.device.type, enabled=False):
             xw, k, v = _keys_values(x, valid, work, self.norm_tokens, self.to_k, self.to_v)
@@ -321,7 +317,7 @@ class PerceiverReadout(nn.Module):
     def forward(self, x: Tensor, mask: Tensor | None = None) -> ReadoutOutput:
         """x (B, T, dim), mask (B, T) bool (True = valid) -> :class:`ReadoutOutput`."""
         valid = valid_tokens(x, mask, self.dim)
-        work = _work_dtype(x.dtype, self.latents.dtype)
+        work = work_dtype(x.dtype, self.latents.dtype)
         b, t, d = x.shape
         with torch.autocast(device_type=x.device.type, enabled=False):
             _, k, v = _keys_values(x, valid, work, self.norm_tokens, self.to_k, self.to_v)
