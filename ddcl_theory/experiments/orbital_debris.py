@@ -33,10 +33,10 @@ from ddcl_theory.data import debris
 from ddcl_theory.experiments import require_positive_ints
 from ddcl_theory.experiments.laplacian_vit import num_threads
 from ddcl_theory.layers.ddcl import DDCLAttention
-from ddcl_theory.layers.quantizers import SoftDDCLQuantizer
 from ddcl_theory.ledger.decisions.laplacian_experiments import compare
 from ddcl_theory.metrics import clustering
 from ddcl_theory.metrics.prototypes import SEPARATION_KINDS, separation
+from ddcl_theory.models.mlp import QuantizedMLPAutoencoder
 from ddcl_theory.runtime import profile
 from ddcl_theory.runtime.progress import progress
 from ddcl_theory.runtime.rundir import RunDir
@@ -268,23 +268,6 @@ def fit_ddcl_head(x: np.ndarray, k: int, relative_temperature: float, epochs: in
     return pred, _trace(start, records)
 
 
-class _Readout(nn.Module):
-    """MLP encoder -> DDCL soft quantiser (K codes) -> MLP decoder, for rows of F features."""
-
-    def __init__(self, f: int, k: int, hidden: int, latent: int, beta: float) -> None:
-        super().__init__()
-        self.encoder = nn.Sequential(nn.Linear(f, hidden), nn.ReLU(), nn.Linear(hidden, latent))
-        self.decoder = nn.Sequential(nn.Linear(latent, hidden), nn.ReLU(), nn.Linear(hidden, f))
-        self.quantizer = SoftDDCLQuantizer(latent, k, beta=beta)
-        self.beta = beta
-
-    def forward(self, x: torch.Tensor):
-        """Rows (N, F) -> (reconstruction loss + beta L_q, the bank's loss terms)."""
-        out = self.quantizer.layer(self.encoder(x)[None])
-        recon = self.decoder(out.centroids[0, 0])
-        return ((recon - x) ** 2).mean() + self.beta * out.losses.l_q, out.losses
-
-
 def fit_ddcl_readout(x: np.ndarray, k: int, relative_temperature: float, epochs: int,
                      lr: float, hidden: int, latent: int, beta: float,
                      seed: int, run_dir: RunDir | None = None,
@@ -293,7 +276,7 @@ def fit_ddcl_readout(x: np.ndarray, k: int, relative_temperature: float, epochs:
     reconstruction MSE + beta L_q; (cluster = argmax q of each row (N,), trace)."""
     gen = profile.seed_everything(seed)
     xt = torch.as_tensor(x, dtype=torch.float32)
-    model = _Readout(xt.shape[1], k, hidden, latent, beta)
+    model = QuantizedMLPAutoencoder(xt.shape[1], k, hidden, latent, beta)
     quantizer = model.quantizer
     with torch.no_grad():
         z0 = model.encoder(xt)
@@ -302,8 +285,13 @@ def fit_ddcl_readout(x: np.ndarray, k: int, relative_temperature: float, epochs:
     params = [*model.encoder.parameters(), *model.decoder.parameters(), *quantizer.parameters()]
     opt = torch.optim.Adam(params, lr=lr)
     start = _separations(quantizer.codebook)
-    records = _fit_full_batch(model, opt, epochs, xt, lambda forward, batch: forward(batch),
-                              lambda: quantizer.codebook, gen, run_dir, name)
+
+    def loss(forward, rows):
+        recon, out = forward(rows)
+        return ((recon - rows) ** 2).mean() + beta * out.losses.l_q, out.losses
+
+    records = _fit_full_batch(model, opt, epochs, xt, loss, lambda: quantizer.codebook, gen,
+                              run_dir, name)
     with torch.no_grad():
         pred = quantizer(model.encoder(xt)[None]).codes[0].numpy()
     return pred, _trace(start, records)

@@ -1,7 +1,17 @@
-"""Small token encoders for cheap experiments."""
+"""Small MLP models for cheap experiments: a per-token encoder and a row autoencoder with a
+DDCL soft-quantiser bottleneck."""
 from __future__ import annotations
 
 from torch import Tensor, nn
+
+from ddcl_theory.layers.ddcl import DDCLOutput
+from ddcl_theory.layers.quantizers import SoftDDCLQuantizer
+
+
+def _check_sizes(**sizes: int) -> None:
+    for name, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
 
 
 class TokenMLP(nn.Module):
@@ -13,12 +23,37 @@ class TokenMLP(nn.Module):
 
     def __init__(self, d_in: int, hidden: int, d_out: int) -> None:
         super().__init__()
-        for name, value in (("d_in", d_in), ("hidden", hidden), ("d_out", d_out)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
+        _check_sizes(d_in=d_in, hidden=hidden, d_out=d_out)
         self.net = nn.Sequential(nn.Linear(d_in, hidden), nn.GELU(), nn.Linear(hidden, d_out))
 
     def forward(self, x: Tensor) -> Tensor:
         if x.dim() != 3:
             raise ValueError(f"x: expected shape (B, T, d_in), got {tuple(x.shape)}")
         return self.net(x)
+
+
+class QuantizedMLPAutoencoder(nn.Module):
+    """Rows (N, F) -> MLP encoder (F -> hidden -> latent, ReLU) -> DDCL soft quantiser with K codes
+    -> MLP decoder (latent -> hidden -> F, ReLU) applied to the soft centroids.
+
+    The N rows are one sequence for the bank, so its loss terms are those of all rows together.
+    Built in the order encoder, decoder, quantizer (the order of the random initialisation).
+    """
+
+    def __init__(self, features: int, num_codes: int, hidden: int, latent: int,
+                 beta: float = 0.25) -> None:
+        super().__init__()
+        _check_sizes(features=features, num_codes=num_codes, hidden=hidden, latent=latent)
+        self.encoder = nn.Sequential(nn.Linear(features, hidden), nn.ReLU(),
+                                     nn.Linear(hidden, latent))
+        self.decoder = nn.Sequential(nn.Linear(latent, hidden), nn.ReLU(),
+                                     nn.Linear(hidden, features))
+        self.quantizer = SoftDDCLQuantizer(latent, num_codes, beta=beta)
+
+    def forward(self, x: Tensor) -> tuple[Tensor, DDCLOutput]:
+        """x (N, F) -> (reconstruction (N, F), the bank's output on the (1, N, latent) codes:
+        assignments, centroids and loss terms)."""
+        if x.dim() != 2:
+            raise ValueError(f"x: expected shape (N, F), got {tuple(x.shape)}")
+        out = self.quantizer.layer(self.encoder(x)[None])
+        return self.decoder(out.centroids[0, 0]), out
