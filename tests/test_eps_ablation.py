@@ -134,13 +134,13 @@ def test_a_killed_run_resumes_to_the_same_history(tmp_path, monkeypatch):
     tokens = ea.cifar_tokens(4, 8, classes=(0, 6))
     s = dataclasses.replace(TINY, epochs=4)
     whole = ea.run_one(tokens, s, 0.1, 3)
-    run = ea.runs.RunDir("eps_ablation", s, root=tmp_path, enabled=True)
+    run = ea.RunDir("eps_ablation", s, root=tmp_path, enabled=True)
     with monkeypatch.context() as m:
         _killing_fit(m, after_round=2)
         with pytest.raises(KeyboardInterrupt):
             ea.run_one(tokens, s, 0.1, 3, run)
     assert run.state_path("eps=0.1,seed=3").is_file()
-    resumed = ea.run_one(tokens, s, 0.1, 3, ea.runs.RunDir("eps_ablation", s, root=tmp_path,
+    resumed = ea.run_one(tokens, s, 0.1, 3, ea.RunDir("eps_ablation", s, root=tmp_path,
                                                            enabled=True))
     assert dataclasses.asdict(resumed) == dataclasses.asdict(whole)
 

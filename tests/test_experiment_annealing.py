@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ddcl_theory.experiments import annealing
-from ddcl_theory.runtime import runs
+from ddcl_theory.runtime.rundir import RunDir
 
 
 def test_first_split_of_the_annealed_bank_is_just_below_the_critical_temperature():
@@ -28,8 +28,8 @@ def test_first_split_of_the_annealed_bank_is_just_below_the_critical_temperature
 def test_a_killed_annealing_run_resumes_to_the_same_record(tmp_path, monkeypatch):
     s = annealing.AnnealingSettings(n_tokens=200, k=3, n_temperatures=6, max_iters=50)
     whole = annealing.run(s)
-    monkeypatch.setattr(annealing.runs, "RunDir",
-                        functools.partial(runs.RunDir, root=tmp_path, enabled=True))
+    monkeypatch.setattr(annealing, "RunDir",
+                        functools.partial(RunDir, root=tmp_path, enabled=True))
     real, calls = annealing.em_fixed_point, []
 
     def em_then_kill(*args, **kwargs):

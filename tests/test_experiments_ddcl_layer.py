@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from ddcl_theory.experiments import ddcl_layer as dl
-from ddcl_theory.runtime import runs
+from ddcl_theory.runtime.rundir import RunDir
 
 TINY_TRANSFORMER = dl.TransformerSettings(n_train=60, n_test=20, epochs=3, batch_size=20, dim=16,
                                           num_prototypes=4)
@@ -44,13 +44,13 @@ def test_a_killed_transformer_run_resumes_to_the_same_log(tmp_path, monkeypatch,
     data = _data(TINY_TRANSFORMER)
     whole = dl.train_classifier(TINY_TRANSFORMER, variant, data)
     assert len(whole.train_loss) == 3 and len(whole.l_q) == 9 and whole.all_finite
-    run = runs.RunDir("ddcl_transformer", TINY_TRANSFORMER, root=tmp_path, enabled=True)
+    run = RunDir("ddcl_transformer", TINY_TRANSFORMER, root=tmp_path, enabled=True)
     with monkeypatch.context() as m:
         _killing_fit(m, after_round=1)
         with pytest.raises(KeyboardInterrupt):
             dl.train_classifier(TINY_TRANSFORMER, variant, data, run)
     assert run.state_path(f"variant={variant}").is_file()
-    again = runs.RunDir("ddcl_transformer", TINY_TRANSFORMER, root=tmp_path, enabled=True)
+    again = RunDir("ddcl_transformer", TINY_TRANSFORMER, root=tmp_path, enabled=True)
     resumed = dl.train_classifier(TINY_TRANSFORMER, variant, data, again)
     assert dataclasses.asdict(resumed) == dataclasses.asdict(whole)
 
@@ -58,13 +58,13 @@ def test_a_killed_transformer_run_resumes_to_the_same_log(tmp_path, monkeypatch,
 def test_a_killed_patch_fit_resumes_to_the_same_prototypes(tmp_path, monkeypatch):
     whole = dl._fit_patches(TINY_PATCHES)
     assert len(whole.l_q) == len(whole.l_ols) == len(whole.v) == 6
-    run = runs.RunDir("patch_prototypes", TINY_PATCHES, root=tmp_path, enabled=True)
+    run = RunDir("patch_prototypes", TINY_PATCHES, root=tmp_path, enabled=True)
     with monkeypatch.context() as m:
         _killing_fit(m, after_round=3)
         with pytest.raises(KeyboardInterrupt):
             dl._fit_patches(TINY_PATCHES, run)
     assert run.state_path("fit").is_file()
-    again = runs.RunDir("patch_prototypes", TINY_PATCHES, root=tmp_path, enabled=True)
+    again = RunDir("patch_prototypes", TINY_PATCHES, root=tmp_path, enabled=True)
     resumed = dl._fit_patches(TINY_PATCHES, again)
     assert (resumed.l_q, resumed.l_ols, resumed.v) == (whole.l_q, whole.l_ols, whole.v)
     np.testing.assert_array_equal(resumed.prototypes, whole.prototypes)

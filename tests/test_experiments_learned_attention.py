@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 
 from ddcl_theory.experiments import learned_attention as la
-from ddcl_theory.runtime import runs
+from ddcl_theory.runtime.rundir import RunDir
 
 
 class _Killed(Exception):
     pass
 
 
-class _KilledAfter(runs.RunDir):
+class _KilledAfter(RunDir):
     """A run directory whose process dies right after its ``saves``-th state save."""
 
     def __init__(self, *args, saves: int, **kwargs) -> None:
@@ -42,7 +42,7 @@ def test_a_killed_training_resumes_to_the_same_attention(tmp_path, causal):
     whole = la._train(s)
     with pytest.raises(_Killed):
         la._train(s, _KilledAfter("la-test", s, root=tmp_path, enabled=True, saves=4))
-    run = runs.RunDir("la-test", s, root=tmp_path, enabled=True)
+    run = RunDir("la-test", s, root=tmp_path, enabled=True)
     assert run.state_path("state").is_file()
     resumed = la._train(s, run)
     assert np.array_equal(resumed.attention, whole.attention)

@@ -7,7 +7,7 @@ import pytest
 
 from ddcl_theory.experiments import peer_readouts as pr
 from ddcl_theory.experiments.peer_readouts import training
-from ddcl_theory.runtime import runs
+from ddcl_theory.runtime.rundir import RunDir
 
 
 @dataclass
@@ -34,12 +34,12 @@ def test_a_killed_readout_training_resumes_to_the_same_records(kind, tmp_path, m
             raise KeyboardInterrupt                     # killed during epoch 3's record
         return measure(model, data, test, epoch, *args, **kwargs)
 
-    run = runs.RunDir("peer-resume", _Key(), root=tmp_path, enabled=True)
+    run = RunDir("peer-resume", _Key(), root=tmp_path, enabled=True)
     monkeypatch.setattr(training, "_measure", killed_after_epoch_2)
     with pytest.raises(KeyboardInterrupt):
         _train(kind, run)
     assert run.state_path(f"unit-{kind}").is_file()
     monkeypatch.setattr(training, "_measure", measure)
-    resumed = _train(kind, runs.RunDir("peer-resume", _Key(), root=tmp_path, enabled=True))
+    resumed = _train(kind, RunDir("peer-resume", _Key(), root=tmp_path, enabled=True))
     assert repr(resumed.records) == repr(whole.records)      # loss at epoch 0 is nan
     assert not run.state_path(f"unit-{kind}").exists()

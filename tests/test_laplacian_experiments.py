@@ -12,7 +12,7 @@ import torch
 from ddcl_theory import data
 from ddcl_theory.experiments import laplacian_gpt as lg
 from ddcl_theory.experiments import laplacian_vit as lv
-from ddcl_theory.runtime import runs
+from ddcl_theory.runtime.rundir import RunDir
 
 
 def tiny_vit() -> lv.ViTSettings:
@@ -84,7 +84,7 @@ class _Killed(Exception):
     pass
 
 
-class _KilledAfter(runs.RunDir):
+class _KilledAfter(RunDir):
     """A run directory whose process dies right after its ``saves``-th state save."""
 
     def __init__(self, *args, saves: int, **kwargs) -> None:
@@ -105,7 +105,7 @@ def test_a_killed_vit_run_resumes_to_the_same_numbers(tmp_path):
     with pytest.raises(_Killed):                          # killed after epoch 2 of 4
         lv.train_one(s, "half", 0, tuple(tensors), num_classes, "cpu",
                      _KilledAfter("vit-test", s, root=tmp_path, enabled=True, saves=2))
-    run = runs.RunDir("vit-test", s, root=tmp_path, enabled=True)
+    run = RunDir("vit-test", s, root=tmp_path, enabled=True)
     assert run.state_path("state-setting=half,seed=0").is_file()
     assert lv.train_one(s, "half", 0, tuple(tensors), num_classes, "cpu", run) == whole
 
@@ -120,7 +120,7 @@ def test_a_killed_gpt_run_resumes_to_the_same_numbers(tmp_path):
     whole = lg.train_one(*args)
     with pytest.raises(_Killed):
         lg.train_one(*args, _KilledAfter("gpt-test", s, root=tmp_path, enabled=True, saves=5))
-    run = runs.RunDir("gpt-test", s, root=tmp_path, enabled=True)
+    run = RunDir("gpt-test", s, root=tmp_path, enabled=True)
     assert lg.train_one(*args, run) == whole
     assert not run.state_path("state-setting=all,seed=0").exists()
 

@@ -11,7 +11,8 @@ from ddcl_theory.experiments import laplacian_readout as lr
 from ddcl_theory.experiments import laplacian_vit as lv
 from ddcl_theory.ledger.decisions import laplacian_readout as decisions
 from ddcl_theory.models.vit_readout import ViTDDCL
-from ddcl_theory.runtime import profile, runs
+from ddcl_theory.runtime import profile
+from ddcl_theory.runtime.rundir import RunDir
 
 
 def test_vit_ddcl_shapes_and_pooled_readout():
@@ -90,7 +91,7 @@ class _Killed(Exception):
     pass
 
 
-class _KilledAfter(runs.RunDir):
+class _KilledAfter(RunDir):
     """A run directory whose process dies right after its ``saves``-th state save."""
 
     def __init__(self, *args, saves: int, **kwargs) -> None:
@@ -117,7 +118,7 @@ def test_a_killed_readout_run_resumes_to_the_same_numbers(tmp_path):
     whole = lr.train_one(*args)
     with pytest.raises(_Killed):                          # killed after epoch 1 of 3
         lr.train_one(*args, _KilledAfter("x2-test", s, root=tmp_path, enabled=True, saves=1))
-    run = runs.RunDir("x2-test", s, root=tmp_path, enabled=True)
+    run = RunDir("x2-test", s, root=tmp_path, enabled=True)
     resumed = lr.train_one(*args, run)
     assert _same(resumed, whole) and resumed.separation_path["min"].shape == (4,)
 

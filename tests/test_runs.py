@@ -1,6 +1,7 @@
-"""Runs a researcher can trust (ddcl_theory.runtime.runs): atomic files, provenance without paths or host
-names, checkpoints that resume a loop to exactly the numbers of an uninterrupted one, also after
-a SIGKILL, and bf16 autocast only on CUDA in the paper profile."""
+"""Runs a researcher can trust (ddcl_theory.runtime: io, provenance, precision, rng, rundir):
+atomic files, provenance without paths or host names, checkpoints that resume a loop to exactly
+the numbers of an uninterrupted one, also after a SIGKILL, and bf16 autocast only on CUDA in the
+paper profile."""
 from __future__ import annotations
 
 import dataclasses
@@ -19,7 +20,12 @@ import numpy as np
 import pytest
 import torch
 
-from ddcl_theory.runtime import profile, runs
+from ddcl_theory.runtime import profile
+from ddcl_theory.runtime.io import atomic_write_bytes, read_json, write_json
+from ddcl_theory.runtime.precision import (AMP_ENV, COMPILE_ENV, amp_enabled, autocast,
+                                            maybe_compile)
+from ddcl_theory.runtime.provenance import provenance, same_provenance, settings_hash
+from ddcl_theory.runtime.rundir import _OPENED, PROVENANCE_NAME, RESUME_ENV, RunDir
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,29 +41,29 @@ class Tiny:
 # ---------------------------------------------------------------------------- atomic files
 
 def test_write_json_round_trips_sorted_with_final_newline(tmp_path):
-    path = runs.write_json(tmp_path / "sub" / "a.json", {"b": (1, 2), "a": np.float64(0.5)})
+    path = write_json(tmp_path / "sub" / "a.json", {"b": (1, 2), "a": np.float64(0.5)})
     text = path.read_text(encoding="utf-8")
     assert text.endswith("\n") and text.index('"a"') < text.index('"b"')
-    assert runs.read_json(path) == {"a": 0.5, "b": [1, 2]}
+    assert read_json(path) == {"a": 0.5, "b": [1, 2]}
 
 
 def test_atomic_write_keeps_the_old_content_when_the_write_fails(tmp_path, monkeypatch):
     path = tmp_path / "result.json"
-    runs.write_json(path, {"version": 1})
+    write_json(path, {"version": 1})
 
     def broken_replace(src, dst):
         raise OSError("disk went away")
 
-    monkeypatch.setattr(runs.os, "replace", broken_replace)
+    monkeypatch.setattr(os, "replace", broken_replace)
     with pytest.raises(OSError, match="disk went away"):
-        runs.write_json(path, {"version": 2})
-    assert runs.read_json(path) == {"version": 1}
+        write_json(path, {"version": 2})
+    assert read_json(path) == {"version": 1}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["result.json"]   # no temporary left
 
 
 def test_atomic_write_rejects_text(tmp_path):
     with pytest.raises(ValueError, match="data"):
-        runs.atomic_write_bytes(tmp_path / "x", "not bytes")
+        atomic_write_bytes(tmp_path / "x", "not bytes")
 
 
 # ---------------------------------------------------------------------------- provenance
@@ -75,7 +81,7 @@ def _strings(obj):
 
 
 def test_provenance_has_no_absolute_path_and_no_host_name():
-    record = runs.provenance("tiny", Tiny())
+    record = provenance("tiny", Tiny())
     json.dumps(record)                                          # plain JSON
     forbidden = {socket.gethostname(), str(ROOT), str(Path.home()), os.getcwd(), "/somewhere"}
     for text in _strings(record):
@@ -85,37 +91,37 @@ def test_provenance_has_no_absolute_path_and_no_host_name():
     assert record["settings"]["__class__"] == "Tiny" and record["seed"] == 3
     assert record["profile"] == "cpu" and record["device"] == "cpu" and record["smoke"] is False
     assert record["torch"] == torch.__version__ and record["numpy"] == np.__version__
-    assert record["settings_hash"] == runs.settings_hash(Tiny())
+    assert record["settings_hash"] == settings_hash(Tiny())
     assert record["git_commit"] is None or len(record["git_commit"]) == 40
 
 
 def test_settings_hash_changes_with_any_value_and_is_stable():
-    assert runs.settings_hash(Tiny()) == runs.settings_hash(Tiny())
-    assert runs.settings_hash(Tiny()) != runs.settings_hash(Tiny(steps=13))
-    assert runs.settings_hash(Tiny()) != runs.settings_hash(Tiny(lr=0.0500001))
+    assert settings_hash(Tiny()) == settings_hash(Tiny())
+    assert settings_hash(Tiny()) != settings_hash(Tiny(steps=13))
+    assert settings_hash(Tiny()) != settings_hash(Tiny(lr=0.0500001))
     with pytest.raises(ValueError, match="settings"):
-        runs.settings_hash({"steps": 12})
+        settings_hash({"steps": 12})
 
 
 def test_same_provenance_ignores_only_the_time_fields():
-    a = runs.provenance("tiny", Tiny())
+    a = provenance("tiny", Tiny())
     b = dict(a, created_utc="2000-01-01T00:00:00+00:00")
-    assert runs.same_provenance(a, b)
-    assert not runs.same_provenance(a, dict(a, torch="0.0"))
+    assert same_provenance(a, b)
+    assert not same_provenance(a, dict(a, torch="0.0"))
 
 
 # ---------------------------------------------------------------------------- precision, compile
 
 def test_autocast_is_bf16_only_on_cuda_in_the_paper_profile(monkeypatch):
     monkeypatch.setenv(profile.PROFILE_ENV, "cpu")
-    assert not runs.amp_enabled("cuda") and not runs.amp_enabled("cpu")
-    with runs.autocast("cpu"):
+    assert not amp_enabled("cuda") and not amp_enabled("cpu")
+    with autocast("cpu"):
         y = torch.nn.Linear(4, 4)(torch.ones(2, 4))
     assert y.dtype == torch.float32 and not torch.is_autocast_enabled("cpu")
     monkeypatch.setenv(profile.PROFILE_ENV, "paper")
-    assert runs.amp_enabled("cuda") and not runs.amp_enabled("cpu")
-    monkeypatch.setenv(runs.AMP_ENV, "0")
-    assert not runs.amp_enabled("cuda")
+    assert amp_enabled("cuda") and not amp_enabled("cpu")
+    monkeypatch.setenv(AMP_ENV, "0")
+    assert not amp_enabled("cuda")
 
 
 def test_ddcl_losses_stay_float32_under_bf16_autocast():
@@ -139,19 +145,19 @@ def test_ddcl_losses_stay_float32_under_bf16_autocast():
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")   # torch's own, on importing dynamo
 def test_maybe_compile_only_when_asked(monkeypatch):
     model = torch.nn.Linear(3, 1)
-    monkeypatch.delenv(runs.COMPILE_ENV, raising=False)
-    assert runs.maybe_compile(model) is model
-    monkeypatch.setenv(runs.COMPILE_ENV, "1")
-    compiled = runs.maybe_compile(model)             # lazy: nothing is compiled before a call
+    monkeypatch.delenv(COMPILE_ENV, raising=False)
+    assert maybe_compile(model) is model
+    monkeypatch.setenv(COMPILE_ENV, "1")
+    compiled = maybe_compile(model)             # lazy: nothing is compiled before a call
     assert compiled is not model and compiled._orig_mod is model
     with pytest.raises(ValueError, match="module"):
-        runs.maybe_compile(lambda x: x)
+        maybe_compile(lambda x: x)
 
 
 # ---------------------------------------------------------------------------- run directories
 
 def test_run_dir_is_off_in_the_cpu_profile(tmp_path):
-    ckpt = runs.RunDir("tiny", Tiny(), root=tmp_path)
+    ckpt = RunDir("tiny", Tiny(), root=tmp_path)
     calls = []
     assert ckpt.unit("a", lambda: calls.append(1) or 7) == 7
     assert ckpt.unit("a", lambda: calls.append(1) or 7) == 7
@@ -159,30 +165,30 @@ def test_run_dir_is_off_in_the_cpu_profile(tmp_path):
 
 
 def test_unit_is_computed_once_then_read_back(tmp_path):
-    first = runs.RunDir("tiny", Tiny(), root=tmp_path, enabled=True)
+    first = RunDir("tiny", Tiny(), root=tmp_path, enabled=True)
     assert first.unit("eps=0.1,seed=0", lambda: {"acc": [0.5, 0.75]}) == {"acc": [0.5, 0.75]}
-    again = runs.RunDir("tiny", Tiny(), root=tmp_path, enabled=True)
+    again = RunDir("tiny", Tiny(), root=tmp_path, enabled=True)
     assert again.unit("eps=0.1,seed=0", lambda: pytest.fail("recomputed")) == {"acc": [0.5, 0.75]}
     assert again.loaded == ["eps=0.1,seed=0"] and again.units_done() == ["eps=0.1,seed=0"]
-    other = runs.RunDir("tiny", Tiny(steps=99), root=tmp_path, enabled=True)
+    other = RunDir("tiny", Tiny(steps=99), root=tmp_path, enabled=True)
     assert other.path != again.path and other.unit("eps=0.1,seed=0", lambda: 1) == 1
-    stored = runs.read_json(again.path / runs.PROVENANCE_NAME)
+    stored = read_json(again.path / PROVENANCE_NAME)
     assert stored["settings"]["steps"] == 12 and stored["experiment"] == "tiny"
 
 
 def test_run_from_other_code_is_moved_aside_not_resumed(tmp_path):
-    old = runs.RunDir("tiny", Tiny(), root=tmp_path, enabled=True)
+    old = RunDir("tiny", Tiny(), root=tmp_path, enabled=True)
     old.save_unit("u", 1)
-    record = runs.read_json(old.path / runs.PROVENANCE_NAME)
-    runs.write_json(old.path / runs.PROVENANCE_NAME, dict(record, code_sha256="0" * 16))
-    runs._OPENED.discard(old.path.resolve())          # as if a new process opened it
-    new = runs.RunDir("tiny", Tiny(), root=tmp_path, enabled=True)
+    record = read_json(old.path / PROVENANCE_NAME)
+    write_json(old.path / PROVENANCE_NAME, dict(record, code_sha256="0" * 16))
+    _OPENED.discard(old.path.resolve())          # as if a new process opened it
+    new = RunDir("tiny", Tiny(), root=tmp_path, enabled=True)
     assert new.unit("u", lambda: 2) == 2
     assert (tmp_path / f"{new.key}.replaced-1" / "units").is_dir()
 
 
 def test_unit_keys_that_differ_stay_apart(tmp_path):
-    ckpt = runs.RunDir("tiny", Tiny(), root=tmp_path, enabled=True)
+    ckpt = RunDir("tiny", Tiny(), root=tmp_path, enabled=True)
     ckpt.save_unit("a/b", 1)
     ckpt.save_unit("a_b", 2)
     assert ckpt.load_unit("a/b") == (True, 1) and ckpt.load_unit("a_b") == (True, 2)
@@ -190,7 +196,7 @@ def test_unit_keys_that_differ_stay_apart(tmp_path):
         ckpt.unit_path(" ")
 
 
-def _train(ckpt: runs.RunDir | None, steps: int, stop_after: int | None = None) -> list[float]:
+def _train(ckpt: RunDir | None, steps: int, stop_after: int | None = None) -> list[float]:
     """A loop drawing from every RNG (torch generator, torch global via dropout, numpy, python),
     with an optimiser and a scheduler; checkpoints after every step; resumes from a saved state."""
     gen = profile.seed_everything(11)
@@ -226,15 +232,15 @@ def _train(ckpt: runs.RunDir | None, steps: int, stop_after: int | None = None) 
 
 def test_checkpoint_round_trip_resumes_with_the_same_numbers(tmp_path):
     uninterrupted = _train(None, steps=12)
-    ckpt = runs.RunDir("loop", Tiny(), root=tmp_path, enabled=True)
+    ckpt = RunDir("loop", Tiny(), root=tmp_path, enabled=True)
     _train(ckpt, steps=12, stop_after=5)
-    resumed = _train(runs.RunDir("loop", Tiny(), root=tmp_path, enabled=True), steps=12)
+    resumed = _train(RunDir("loop", Tiny(), root=tmp_path, enabled=True), steps=12)
     assert resumed == uninterrupted                           # exactly, every loss and weight
     assert len(set(uninterrupted[:12])) == 12                  # the loop did move
 
 
 def test_load_state_names_a_missing_entry(tmp_path):
-    ckpt = runs.RunDir("loop", Tiny(), root=tmp_path, enabled=True)
+    ckpt = RunDir("loop", Tiny(), root=tmp_path, enabled=True)
     model = torch.nn.Linear(2, 2)
     ckpt.save_state(position=1, modules={"model": model})
     assert ckpt.load_state("other") is None
@@ -253,14 +259,14 @@ CHILD = textwrap.dedent('''
     torch.set_num_threads(1)
     sys.path.insert(0, sys.argv[4])
     from test_runs import Tiny, _train
-    from ddcl_theory.runtime import runs
+    from ddcl_theory.runtime.rundir import RunDir
     root, out, pause = sys.argv[1], sys.argv[2], float(sys.argv[3])
-    save = runs.RunDir.save_state
+    save = RunDir.save_state
     def slow_save(self, *args, **kwargs):
         save(self, *args, **kwargs)
         time.sleep(pause)                    # a window for the test to kill us in
-    runs.RunDir.save_state = slow_save
-    ckpt = runs.RunDir("loop", Tiny(), root=root, enabled=True)
+    RunDir.save_state = slow_save
+    ckpt = RunDir("loop", Tiny(), root=root, enabled=True)
     resumed_at = ckpt.state_path().is_file()
     Path(out).write_text(json.dumps({"numbers": _train(ckpt, steps=12), "resumed": resumed_at}))
 ''')
@@ -305,7 +311,7 @@ def test_sigkilled_loop_resumes_to_the_uninterrupted_result(tmp_path):
     reference = json.loads((tmp_path / "a.json").read_text())
     assert reference["resumed"] is False
 
-    state = runs.RunDir("loop", Tiny(), root=tmp_path / "b", enabled=True).state_path()
+    state = RunDir("loop", Tiny(), root=tmp_path / "b", enabled=True).state_path()
     proc = _start([str(script), str(tmp_path / "b"), str(tmp_path / "b.json"), "60", tests], env)
     _kill_when(proc, state.is_file, "first checkpoint")
     assert not (tmp_path / "b.json").exists()
@@ -320,10 +326,10 @@ SWEEP = textwrap.dedent('''
     from pathlib import Path
     import torch
     torch.set_num_threads(1)
-    from ddcl_theory.runtime import runs
+    from ddcl_theory.runtime.rundir import RunDir
     from ddcl_theory.experiments import eps_ablation as ea
     out, pause = sys.argv[1], float(sys.argv[2])
-    save, load, loaded = runs.RunDir.save_unit, runs.RunDir.load_unit, []
+    save, load, loaded = RunDir.save_unit, RunDir.load_unit, []
     def slow_save(self, key, value):
         save(self, key, value)
         time.sleep(pause)
@@ -332,7 +338,7 @@ SWEEP = textwrap.dedent('''
         if found:
             loaded.append(key)
         return found, value
-    runs.RunDir.save_unit, runs.RunDir.load_unit = slow_save, counted_load
+    RunDir.save_unit, RunDir.load_unit = slow_save, counted_load
     s = ea.AblationSettings(eps_values=(0.1, 1.0), seeds=(0, 1), n_train_per_class=6, n_test=20,
                             hidden=8, dim=4, num_prototypes=3, epochs=2, batch_size=8)
     result = ea.run(s)
@@ -375,7 +381,7 @@ def test_paper_chapters_resume_at_chapter_granularity(tmp_path, monkeypatch):
     from ddcl_theory.ledger import goldens
     monkeypatch.setenv(profile.PROFILE_ENV, "paper")
     monkeypatch.setenv("DDCL_RESULTS_DIR", str(tmp_path / "results"))
-    monkeypatch.delenv(runs.RESUME_ENV, raising=False)
+    monkeypatch.delenv(RESUME_ENV, raising=False)
     executed = []
 
     def fake_write(source, out_dir=None):              # executing a chapter is not the point
@@ -387,15 +393,15 @@ def test_paper_chapters_resume_at_chapter_granularity(tmp_path, monkeypatch):
     out = tmp_path / "paper"
     source = goldens.sources(["decomposition"])[0]
     assert goldens.main(["write", "--out", str(out), "decomposition"]) == 0
-    record = runs.read_json(goldens.provenance_path(source, out))
+    record = read_json(goldens.provenance_path(source, out))
     assert record["profile"] == "paper" and record["source_sha256"]
     assert not any(t.startswith("/") for t in _strings(record))
     assert goldens.main(["write", "--out", str(out), "decomposition"]) == 0          # skipped
     assert executed == [source.stem]
-    runs.write_json(goldens.provenance_path(source, out), dict(record, code_sha256="0" * 16))
+    write_json(goldens.provenance_path(source, out), dict(record, code_sha256="0" * 16))
     assert goldens.main(["write", "--out", str(out), "decomposition"]) == 0          # other code: rerun
     assert goldens.main(["write", "--out", str(out), "--force", "decomposition"]) == 0
-    assert executed == [source.stem] * 3 and os.environ[runs.RESUME_ENV] == "0"
+    assert executed == [source.stem] * 3 and os.environ[RESUME_ENV] == "0"
 
 
 # ---------------------------------------------------------------------------- the ledger page
@@ -448,7 +454,7 @@ def paper_on_cpu(tmp_path, monkeypatch):
     """The paper profile on the CPU (whatever the host has), results under ``tmp_path``."""
     monkeypatch.setattr(profile, "current", lambda: profile.Profile("paper", "cpu"))
     monkeypatch.setenv("DDCL_PROGRESS", "0")
-    monkeypatch.delenv(runs.RESUME_ENV, raising=False)
+    monkeypatch.delenv(RESUME_ENV, raising=False)
 
     def use(name: str) -> None:
         monkeypatch.setenv("DDCL_RESULTS_DIR", str(tmp_path / name))
@@ -457,14 +463,14 @@ def paper_on_cpu(tmp_path, monkeypatch):
 
 def _interrupt_after(monkeypatch, method: str, saves: int) -> None:
     """Make ``RunDir.<method>`` raise after its ``saves``-th call (the save itself done)."""
-    original, count = getattr(runs.RunDir, method), []
+    original, count = getattr(RunDir, method), []
 
     def save_then_maybe_stop(self, *args, **kwargs):
         original(self, *args, **kwargs)
         count.append(1)
         if len(count) == saves:
             raise _Interrupted
-    monkeypatch.setattr(runs.RunDir, method, save_then_maybe_stop)
+    monkeypatch.setattr(RunDir, method, save_then_maybe_stop)
 
 
 def test_interrupted_annealing_resumes_at_the_next_temperature(paper_on_cpu, monkeypatch):

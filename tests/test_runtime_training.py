@@ -6,7 +6,8 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from ddcl_theory.runtime import profile, runs
+from ddcl_theory.runtime import profile
+from ddcl_theory.runtime.rundir import RunDir
 from ddcl_theory.runtime.training import fit
 
 
@@ -59,11 +60,11 @@ def test_fit_lowers_the_loss_and_logs_every_step():
 
 def test_a_killed_fit_resumes_to_the_same_numbers(tmp_path):
     whole, log, _ = _fit()
-    run = runs.RunDir("fit-test", _Settings(), root=tmp_path, enabled=True)
+    run = RunDir("fit-test", _Settings(), root=tmp_path, enabled=True)
     with pytest.raises(KeyboardInterrupt):
         _fit(run=run, stop_after=3)                     # saved after rounds 0, 1, 2
     assert run.state_path("unit").is_file()
-    run2 = runs.RunDir("fit-test", _Settings(), root=tmp_path, enabled=True)
+    run2 = RunDir("fit-test", _Settings(), root=tmp_path, enabled=True)
     resumed, log2, seen = _fit(run=run2)
     assert seen == [3, 4, 5] and log2.resumed_at == 3
     assert log2.losses == log.losses and log2.metrics == log.metrics

@@ -190,7 +190,8 @@ def test_run_corpus_end_to_end_with_a_fake_encoder(tmp_path, monkeypatch):
 
 
 def test_a_killed_ddcl_probe_resumes_to_the_same_numbers(tmp_path, monkeypatch):
-    from ddcl_theory.runtime import runs, training
+    from ddcl_theory.runtime import training
+    from ddcl_theory.runtime.rundir import RunDir
 
     gen = torch.Generator().manual_seed(1)
     x, y = torch.randn(60, 5, 6, generator=gen), torch.arange(60) % 2
@@ -214,17 +215,18 @@ def test_a_killed_ddcl_probe_resumes_to_the_same_numbers(tmp_path, monkeypatch):
             return end_of_round(r)
         return real_fit(*args, end_of_round=end, **kwargs)
 
-    run = runs.RunDir("probe-resume", cfg, root=tmp_path, enabled=True)
+    run = RunDir("probe-resume", cfg, root=tmp_path, enabled=True)
     monkeypatch.setattr(P, "fit", killed_fit)
     with pytest.raises(KeyboardInterrupt):
         probe(run)
     monkeypatch.setattr(P, "fit", real_fit)
-    resumed = probe(runs.RunDir("probe-resume", cfg, root=tmp_path, enabled=True))
+    resumed = probe(RunDir("probe-resume", cfg, root=tmp_path, enabled=True))
     assert resumed == whole and len(resumed.v) == 4 * 3
 
 
 def test_a_killed_ddcl_clustering_resumes_to_the_same_labels(tmp_path, monkeypatch):
-    from ddcl_theory.runtime import runs, training
+    from ddcl_theory.runtime import training
+    from ddcl_theory.runtime.rundir import RunDir
 
     gen = torch.Generator().manual_seed(2)
     docs = torch.randn(90, 3, generator=gen) + 5.0 * (torch.arange(90) % 3 == 0)[:, None]
@@ -240,14 +242,14 @@ def test_a_killed_ddcl_clustering_resumes_to_the_same_labels(tmp_path, monkeypat
         return real_fit(*args, end_of_round=end, **kwargs)
 
     settings = P.TrainConfig()
-    run = runs.RunDir("clusters-resume", settings, root=tmp_path, enabled=True)
+    run = RunDir("clusters-resume", settings, root=tmp_path, enabled=True)
     monkeypatch.setattr(P, "fit", killed_fit)
     with pytest.raises(KeyboardInterrupt):
         P.ddcl_clusters(data, 3, seed=0, steps=12, run=run, name="c")
     assert run.state_path("c").is_file()
     monkeypatch.setattr(P, "fit", real_fit)
     resumed = P.ddcl_clusters(data, 3, seed=0, steps=12, name="c",
-                              run=runs.RunDir("clusters-resume", settings, root=tmp_path,
+                              run=RunDir("clusters-resume", settings, root=tmp_path,
                                               enabled=True))
     assert (resumed.labels == whole.labels).all()
     assert (resumed.l_q, resumed.l_ols, resumed.v) == (whole.l_q, whole.l_ols, whole.v)

@@ -17,7 +17,8 @@ import torch
 
 from ddcl_theory.data import image_patches, load_cifar10
 from ddcl_theory.metrics.prototypes import separation
-from ddcl_theory.runtime import profile, runs
+from ddcl_theory.runtime import profile
+from ddcl_theory.runtime.rundir import RunDir
 from ddcl_theory.runtime.progress import progress
 from ddcl_theory.theory.collapse import (
     collapsed,
@@ -109,7 +110,7 @@ def run(settings: AnnealingSettings | None = None) -> AnnealingResult:
     """Anneal a bank of ``settings.k`` prototypes from above T_c; see the module docstring.
 
     In the paper profile the state (bank, records, generator) is checkpointed after every
-    temperature (:class:`runs.RunDir`), so a killed run resumes at the next temperature with the
+    temperature (:class:`RunDir`), so a killed run resumes at the next temperature with the
     numbers an uninterrupted run would give.
     """
     s = settings or AnnealingSettings()
@@ -120,7 +121,7 @@ def run(settings: AnnealingSettings | None = None) -> AnnealingResult:
     taus = np.geomspace(s.start_ratio * t_c, s.end_ratio * t_c, s.n_temperatures)
     p = collapsed(z, s.k)
     rec_p, rec_n, rec_min, rec_mean, rec_f, rec_ok = [], [], [], [], [], []
-    ckpt = runs.RunDir("annealing", s)
+    ckpt = RunDir("annealing", s)
     first = 0
     if (saved := ckpt.load_state(generators={"gen": gen})) is not None:
         first, (p, rec_p, rec_n, rec_min, rec_mean, rec_f, rec_ok) = saved

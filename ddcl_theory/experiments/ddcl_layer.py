@@ -20,7 +20,8 @@ from ddcl_theory.data import image_patches, load_cifar10
 from ddcl_theory.layers.ddcl import DDCLAttention
 from ddcl_theory.metrics.prototypes import perplexity, usage
 from ddcl_theory.models.ddcl_transformer import DDCLTransformer
-from ddcl_theory.runtime import profile, runs
+from ddcl_theory.runtime import profile
+from ddcl_theory.runtime.rundir import RunDir
 from ddcl_theory.runtime.training import fit
 
 
@@ -95,17 +96,17 @@ def _unpatch(tokens: np.ndarray, size: int, patch: int, channels: int) -> np.nda
 def run_patch_prototypes(settings: PatchSettings | None = None) -> PatchResult:
     """Fit K patch prototypes by k-means++ then Adam on L_q; explain test patches with them.
 
-    In the paper profile the fit is checkpointed (:class:`runs.RunDir`): mid-fit by
+    In the paper profile the fit is checkpointed (:class:`RunDir`): mid-fit by
     :func:`~ddcl_theory.runtime.training.fit`, and the finished result as a unit.
     """
     s = settings or PatchSettings()
-    ckpt = runs.RunDir("patch_prototypes", s)
+    ckpt = RunDir("patch_prototypes", s)
     result = ckpt.unit("run", lambda: _fit_patches(s, ckpt))
     ckpt.finish()
     return result
 
 
-def _fit_patches(s: PatchSettings, run: runs.RunDir | None = None) -> PatchResult:
+def _fit_patches(s: PatchSettings, run: RunDir | None = None) -> PatchResult:
     """The fit of :func:`run_patch_prototypes` on the profile's device (result on the CPU).
 
     One round of :func:`fit` is one full-batch Adam step on L_q; ``run`` keeps its checkpoints.
@@ -236,7 +237,7 @@ VARIANTS = ("ddcl", "mean", "block")
 
 
 def train_classifier(s: TransformerSettings, variant: str, data,
-                     run: runs.RunDir | None = None) -> TrainLog:
+                     run: RunDir | None = None) -> TrainLog:
     """Train one :class:`DDCLTransformer` with CE (+ beta * L_q of its DDCL layer).
 
     ``variant``: "ddcl" (DDCL readout on ``pooled``), "mean" (mean-pool readout), "block"
@@ -318,7 +319,7 @@ def train_classifier(s: TransformerSettings, variant: str, data,
 def run_transformer(settings: TransformerSettings | None = None) -> TransformerResult:
     """Train the three :data:`VARIANTS` of the Transformer on CIFAR-10 patch tokens.
 
-    In the paper profile each finished variant is checkpointed (:class:`runs.RunDir`), so a
+    In the paper profile each finished variant is checkpointed (:class:`RunDir`), so a
     killed run resumes at the next variant (each variant seeds itself: same numbers).
     """
     s = settings or TransformerSettings()
@@ -330,7 +331,7 @@ def run_transformer(settings: TransformerSettings | None = None) -> TransformerR
     y_tr = torch.from_numpy(data.y_train[: s.n_train])
     y_te = torch.from_numpy(data.y_test[: s.n_test])
     tensors = tuple(t.to(device) for t in (x_tr, y_tr, x_te, y_te))
-    ckpt = runs.RunDir("ddcl_transformer", s)
+    ckpt = RunDir("ddcl_transformer", s)
     logs = {v: ckpt.unit(f"variant={v}", functools.partial(train_classifier, s, v, tensors, ckpt))
             for v in VARIANTS}
     ckpt.finish()

@@ -29,7 +29,8 @@ from ddcl_theory import data as ddata
 from ddcl_theory.layers.ddcl import DDCLAttention
 from ddcl_theory.metrics import prototypes as protos
 from ddcl_theory.models.mlp import TokenMLP
-from ddcl_theory.runtime import profile, runs
+from ddcl_theory.runtime import profile
+from ddcl_theory.runtime.rundir import RunDir
 from ddcl_theory.runtime.progress import progress
 from ddcl_theory.runtime.training import fit
 from ddcl_theory.theory import coupled_model as cm
@@ -275,7 +276,7 @@ def _measure(model: JointModel, x_tr, x_te, y_te, hist: RunHistory) -> None:
 
 
 def run_one(tokens: Tokens, s: AblationSettings, eps: float, seed: int,
-            run: runs.RunDir | None = None) -> RunHistory:
+            run: RunDir | None = None) -> RunHistory:
     """Train one model with ratio ``eps`` from ``seed``; return its per-epoch history.
 
     One round of :func:`~ddcl_theory.runtime.training.fit` is one epoch; training stops after
@@ -332,14 +333,14 @@ def run_one(tokens: Tokens, s: AblationSettings, eps: float, seed: int,
 def run(settings: AblationSettings | None = None) -> AblationResult:
     """The full sweep: every eps in ``settings.eps_values`` times every seed.
 
-    In the paper profile every finished (eps, seed) run is checkpointed (:class:`runs.RunDir`), so
+    In the paper profile every finished (eps, seed) run is checkpointed (:class:`RunDir`), so
     a killed sweep resumes at the next unfinished run; each run seeds itself, so the resumed sweep
     gives the same numbers as an uninterrupted one.
     """
     s = settings or AblationSettings.from_profile()
     tokens = cifar_tokens(s.n_train_per_class, s.n_test, patch=s.patch, classes=s.classes)
     jobs = [(eps, seed) for eps in s.eps_values for seed in s.seeds]
-    ckpt = runs.RunDir("eps_ablation", s)
+    ckpt = RunDir("eps_ablation", s)
     histories = [ckpt.unit(f"eps={eps},seed={seed}",
                            functools.partial(run_one, tokens, s, eps, seed, ckpt))
                  for eps, seed in progress(jobs, desc="eps sweep")]

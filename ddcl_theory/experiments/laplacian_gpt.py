@@ -33,7 +33,8 @@ from ddcl_theory.experiments.laplacian_vit import (
 )
 from ddcl_theory.metrics import geometry as metrics
 from ddcl_theory.models.char_gpt import CharGPT
-from ddcl_theory.runtime import profile, runs
+from ddcl_theory.runtime import profile
+from ddcl_theory.runtime.rundir import RunDir
 from ddcl_theory.runtime.training import fit
 
 __all__ = ["GPTSettings", "GPTRun", "GPTSweep", "encode", "run", "STATE_SAVES"]
@@ -135,7 +136,7 @@ STATE_SAVES = 10
 
 def train_one(settings: GPTSettings, setting: str, seed: int, train_ids: torch.Tensor,
               val_ids: torch.Tensor, vocab_size: int, device: str,
-              ckpt: runs.RunDir | None = None) -> GPTRun:
+              ckpt: RunDir | None = None) -> GPTRun:
     """Train one GPT for ``settings.steps`` steps and measure it; deterministic given the seed.
 
     The steps run through :func:`ddcl_theory.runtime.training.fit` in :data:`STATE_SAVES` rounds
@@ -198,7 +199,7 @@ def run(settings: GPTSettings | None = None) -> GPTSweep:
     """Train and measure every (head setting, seed) pair of ``settings``.
 
     In the paper profile every finished (setting, seed) run is checkpointed, and so is the
-    training state within a run (:class:`runs.RunDir`): a killed sweep resumes where it stopped.
+    training state within a run (:class:`RunDir`): a killed sweep resumes where it stopped.
     """
     settings = settings or GPTSettings.from_profile()
     device = profile.current().device
@@ -207,7 +208,7 @@ def run(settings: GPTSettings | None = None) -> GPTSweep:
     cut = int(0.9 * len(ids))
     train_ids = torch.from_numpy(ids[:cut]).to(device)
     val_ids = torch.from_numpy(ids[cut:]).to(device)
-    ckpt = runs.RunDir("laplacian_gpt", settings)
+    ckpt = RunDir("laplacian_gpt", settings)
     with num_threads(settings.threads):
         done = []
         for s in settings.head_settings:

@@ -34,7 +34,8 @@ from ddcl_theory.metrics.prototypes import (
     usage,
 )
 from ddcl_theory.models.vit_readout import ViTDDCL
-from ddcl_theory.runtime import profile, runs
+from ddcl_theory.runtime import profile
+from ddcl_theory.runtime.rundir import RunDir
 
 __all__ = ["SETTINGS", "ReadoutSettings", "ReadoutRun", "ReadoutSweep", "run", "train_one"]
 
@@ -118,7 +119,7 @@ def _separations(model: ViTDDCL) -> dict[str, float]:
 
 
 def train_one(s: ReadoutSettings, setting: str, seed: int, tensors: tuple, num_classes: int,
-              device: str, ckpt: runs.RunDir | None = None) -> ReadoutRun:
+              device: str, ckpt: RunDir | None = None) -> ReadoutRun:
     """Train one ViT + DDCL readout on the ViT sweep's training path
     (:func:`laplacian_vit.train_vit`, loss cross-entropy + beta L_q) and measure it
     (deterministic given the seed on CPU)."""
@@ -162,11 +163,11 @@ def run(settings: ReadoutSettings | None = None) -> ReadoutSweep:
     """Train and measure every (head setting, seed).
 
     In the paper profile every finished (setting, seed) run is checkpointed, and so is the
-    training state within a run after every epoch (:class:`runs.RunDir`).
+    training state within a run after every epoch (:class:`RunDir`).
     """
     s = settings or ReadoutSettings.from_profile()
     device = profile.current().device
-    ckpt = runs.RunDir("laplacian_readout", s)
+    ckpt = RunDir("laplacian_readout", s)
     with num_threads(s.vit.threads):
         *tensors, source, num_classes = lv.prepare_patches(s.vit)
         done = [ckpt.unit(f"setting={setting},seed={seed}",

@@ -30,7 +30,8 @@ from ddcl_theory.ledger.decisions.laplacian_experiments import compare
 from ddcl_theory.metrics import geometry as metrics
 from ddcl_theory.models.transformer import value_output_maps
 from ddcl_theory.models.vit import ViT
-from ddcl_theory.runtime import profile, runs
+from ddcl_theory.runtime import profile
+from ddcl_theory.runtime.rundir import RunDir
 from ddcl_theory.runtime.training import TrainLog, fit
 
 __all__ = ["HEAD_SETTINGS", "laplacian_count", "ViTSettings", "ViTRun", "ViTSweep", "run",
@@ -209,7 +210,7 @@ def train_vit(model: torch.nn.Module, settings: ViTSettings, x: torch.Tensor, y:
               objective: Callable[[Callable, torch.Tensor, torch.Tensor], torch.Tensor]
               = _cross_entropy,
               end_of_round: Callable[[int], dict | None] | None = None,
-              run: runs.RunDir | None = None, name: str = "state",
+              run: RunDir | None = None, name: str = "state",
               desc: str = "ViT") -> TrainLog:
     """The one ViT training path: AdamW on the trainable parameters, a cosine schedule over all
     steps, ``settings.epochs`` epochs of batches of ``settings.batch_size`` in an order drawn
@@ -243,7 +244,7 @@ def train_vit(model: torch.nn.Module, settings: ViTSettings, x: torch.Tensor, y:
 
 
 def train_one(settings: ViTSettings, setting: str, seed: int, tensors: tuple, num_classes: int,
-              device: str, ckpt: runs.RunDir | None = None) -> ViTRun:
+              device: str, ckpt: RunDir | None = None) -> ViTRun:
     """Train one ViT and measure it; deterministic given the seed (CPU, fixed threads).
 
     With an enabled ``ckpt`` (the paper profile) the training state is saved after every epoch
@@ -283,12 +284,12 @@ def run(settings: ViTSettings | None = None) -> ViTSweep:
     """Train and measure every (head setting, seed) pair of ``settings``.
 
     In the paper profile every finished (setting, seed) run is checkpointed, and so is the
-    training state within a run after every epoch (:class:`runs.RunDir`): a killed sweep resumes
+    training state within a run after every epoch (:class:`RunDir`): a killed sweep resumes
     where it stopped.
     """
     settings = settings or ViTSettings.from_profile()
     device = profile.current().device
-    ckpt = runs.RunDir("laplacian_vit", settings)
+    ckpt = RunDir("laplacian_vit", settings)
     with num_threads(settings.threads):
         *tensors, source, num_classes = prepare_patches(settings)
         done = [ckpt.unit(f"setting={s},seed={seed}",

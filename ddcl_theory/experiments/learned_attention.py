@@ -19,7 +19,8 @@ from torch import nn
 
 from ddcl_theory.data import load_text
 from ddcl_theory.layers.laplacian import LaplacianAttention
-from ddcl_theory.runtime import profile, runs
+from ddcl_theory.runtime import profile
+from ddcl_theory.runtime.rundir import RunDir
 from ddcl_theory.runtime.training import fit
 
 
@@ -78,18 +79,18 @@ STATE_SAVES = 10
 def run(settings: LearnedAttentionSettings | None = None) -> LearnedAttentionResult:
     """Train the one-layer model and return its attention matrices on held-out text.
 
-    In the paper profile the finished run is checkpointed (:class:`runs.RunDir`), and so is its
+    In the paper profile the finished run is checkpointed (:class:`RunDir`), and so is its
     training state :data:`STATE_SAVES` times: a chapter rerun after an interruption reads the
     result back, or resumes the training where it stopped.
     """
     s = settings or LearnedAttentionSettings.from_profile()
-    ckpt = runs.RunDir("learned_attention", s)
+    ckpt = RunDir("learned_attention", s)
     result = ckpt.unit("run", lambda: _train(s, ckpt))
     ckpt.finish()
     return result
 
 
-def _train(s: LearnedAttentionSettings, ckpt: runs.RunDir | None = None
+def _train(s: LearnedAttentionSettings, ckpt: RunDir | None = None
            ) -> LearnedAttentionResult:
     """The training run of :func:`run` on the profile's device, through
     :func:`ddcl_theory.runtime.training.fit` in rounds of ``steps // STATE_SAVES`` steps."""

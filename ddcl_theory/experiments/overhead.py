@@ -15,7 +15,8 @@ import numpy as np
 import torch
 
 from ddcl_theory.layers.laplacian import LaplacianAttention
-from ddcl_theory.runtime import profile, runs
+from ddcl_theory.runtime import profile
+from ddcl_theory.runtime.rundir import RunDir
 
 
 @dataclass(frozen=True)
@@ -91,10 +92,10 @@ def _build(settings: OverheadSettings, laplacian_heads: int, state: dict | None)
 def run(settings: OverheadSettings | None = None) -> OverheadResult:
     """Count parameters and FLOPs, then time the variants interleaved (no_grad forward).
 
-    In the paper profile the finished measurement is checkpointed (:class:`runs.RunDir`).
+    In the paper profile the finished measurement is checkpointed (:class:`RunDir`).
     """
     s = settings or OverheadSettings.from_profile()
-    ckpt = runs.RunDir("overhead", s)
+    ckpt = RunDir("overhead", s)
     result = ckpt.unit("run", lambda: _measure(s))
     ckpt.finish()
     return result

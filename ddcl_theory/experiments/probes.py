@@ -28,7 +28,8 @@ from ddcl_theory.layers.readouts import (
     lloyd,
     segment_mean,
 )
-from ddcl_theory.runtime import profile, runs
+from ddcl_theory.runtime import profile
+from ddcl_theory.runtime.rundir import RunDir
 from ddcl_theory.runtime.training import fit
 
 __all__ = ["TrainConfig", "ProbeLog", "train_classifier", "linear_probe", "ddcl_probe",
@@ -97,7 +98,7 @@ _TERMS = ("l_q", "l_ols", "v")
 
 def train_classifier(model: nn.Module, inputs, n_train: int, y_train: Tensor,
                      config: TrainConfig, generator: torch.Generator, ddcl_beta: float = 0.0, *,
-                     run: runs.RunDir | None = None,
+                     run: RunDir | None = None,
                      name: str = "state") -> tuple[list[float], list[float], list[float]]:
     """Train ``model`` with AdamW on CE (+ ``ddcl_beta`` * L_q when the model returns a layer
     output) through :func:`ddcl_theory.runtime.training.fit`, one epoch per round, batches in
@@ -157,7 +158,7 @@ def linear_probe(f_train: Tensor, y_train: Tensor, f_test: Tensor, y_test: Tenso
 def ddcl_probe(train: PackedTokens, y_train: Tensor, test: PackedTokens, y_test: Tensor, *,
                num_prototypes: int, config: TrainConfig, seed: int, heads: int = 1,
                head_dim: int | None = None, temperature_fraction: float = 0.1,
-               run: runs.RunDir | None = None, name: str = "state") -> ProbeLog:
+               run: RunDir | None = None, name: str = "state") -> ProbeLog:
     """Train a :class:`DDCLPooledReadout` on frozen packed tokens; report accuracies.
 
     Tokens are standardised per feature with the statistics of the training tokens. The
@@ -221,7 +222,7 @@ class DDCLClusters:
 
 def ddcl_clusters(data: PackedTokens, k: int, *, seed: int, steps: int = 100, lr: float = 0.05,
                   temperature_fraction: float = 0.05, max_tokens: int = 20000,
-                  lloyd_steps: int = 10, run: runs.RunDir | None = None,
+                  lloyd_steps: int = 10, run: RunDir | None = None,
                   name: str = "state") -> DDCLClusters:
     """Fit a projection-free one-head DDCL layer with ``k`` prototypes on the tokens by
     minimising L_q; each sequence goes to the prototype it over-uses most: the largest ratio of

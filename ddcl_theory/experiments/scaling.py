@@ -15,7 +15,8 @@ import torch
 
 from ddcl_theory.layers.ddcl import DDCLAttention
 from ddcl_theory.metrics.fits import loglog_slope
-from ddcl_theory.runtime import profile, runs
+from ddcl_theory.runtime import profile
+from ddcl_theory.runtime.rundir import RunDir
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ def run(settings: ScalingSettings | None = None) -> ScalingResult:
     """Time one DDCL layer and one ``nn.MultiheadAttention`` (fused kernel) at each length.
 
     In the paper profile the medians at each finished length are checkpointed
-    (:class:`runs.RunDir`), so a killed sweep resumes at the next length.
+    (:class:`RunDir`), so a killed sweep resumes at the next length.
     """
     s = settings or ScalingSettings.from_profile()
     device = profile.current().device
@@ -81,7 +82,7 @@ def run(settings: ScalingSettings | None = None) -> ScalingResult:
     ddcl = DDCLAttention(s.dim, s.num_prototypes, heads=s.heads).to(device).eval()
     attn = torch.nn.MultiheadAttention(s.dim, s.attn_heads, batch_first=True).to(device).eval()
     out = ScalingResult(s, [], [])
-    ckpt = runs.RunDir("scaling", s)
+    ckpt = RunDir("scaling", s)
     for t in s.seq_lens:
         t_ddcl, t_attn = ckpt.unit(f"T={t}", lambda: _time_length(s, t, ddcl, attn, device))
         out.ddcl.append(t_ddcl)

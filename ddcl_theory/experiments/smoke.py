@@ -192,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"--threads: expected >= 1, got {args.threads}")
     import torch
 
-    from ddcl_theory.runtime import runs
+    from ddcl_theory.runtime.io import write_json
+    from ddcl_theory.runtime.provenance import provenance
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("smoke: --device cuda but torch sees no CUDA device")
     threads_before = torch.get_num_threads()
@@ -229,11 +230,11 @@ def main(argv: list[str] | None = None) -> int:
                 outcomes.append({"name": e.name, "seconds": round(seconds, 2), "ok": True})
             elapsed = time.perf_counter() - total
             record = {"experiments": outcomes, "total_seconds": round(elapsed, 2),
-                      "threads": torch.get_num_threads(), "provenance": runs.provenance("smoke")}
+                      "threads": torch.get_num_threads(), "provenance": provenance("smoke")}
     finally:
         torch.set_num_threads(threads_before)
     if args.report:
-        runs.write_json(args.report, record)
+        write_json(args.report, record)
     failed = [o["name"] for o in outcomes if not o["ok"]]
     if failed:
         print(f"smoke: FAILED {len(failed)} of {len(todo)}: {', '.join(failed)} "

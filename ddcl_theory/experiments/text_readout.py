@@ -20,7 +20,7 @@ clusterings - a DDCL layer fitted by L_q on the tokens (each document to its dom
 and one fitted on the mean-pooled documents - scored by Hungarian ACC, purity, NMI and ARI.
 
 In the paper profile every DDCL training and clustering is a unit of the run directory
-(:class:`ddcl_theory.runtime.runs.RunDir`), so a killed run resumes. The verdict is
+(:class:`ddcl_theory.runtime.rundir.RunDir`), so a killed run resumes. The verdict is
 :func:`ddcl_theory.ledger.decisions.text_readout.decide_d14` on :func:`comparisons`.
 """
 from __future__ import annotations
@@ -43,7 +43,8 @@ from ddcl_theory.experiments import probes as P
 from ddcl_theory.experiments import require_positive_ints
 from ddcl_theory.layers import readouts as R
 from ddcl_theory.metrics.clustering import ari, clustering_acc, nmi, purity
-from ddcl_theory.runtime import profile, runs
+from ddcl_theory.runtime import profile
+from ddcl_theory.runtime.rundir import RunDir
 
 CORPORA = ("sst2", "imdb", "20ng")
 TITLES = {"sst2": "SST-2", "imdb": "IMDB", "20ng": "20 Newsgroups"}
@@ -319,7 +320,7 @@ def _scores(y: np.ndarray, labels: np.ndarray) -> tuple[float, float, float, flo
     return (clustering_acc(y, labels), purity(y, labels), nmi(y, labels), ari(y, labels))
 
 
-def _unit(ckpt: runs.RunDir | None, key: str, compute):
+def _unit(ckpt: RunDir | None, key: str, compute):
     """``compute(run=..., name=key)`` as a unit of ``ckpt`` (read back when finished; resumed
     from its checkpoint when interrupted); computed directly without a run directory."""
     if ckpt is None:
@@ -328,7 +329,7 @@ def _unit(ckpt: runs.RunDir | None, key: str, compute):
 
 
 def run_corpus(name: str, settings: TextReadoutSettings, encoder,
-               corpus: Corpus | None = None, *, ckpt: runs.RunDir | None = None) -> CorpusResult:
+               corpus: Corpus | None = None, *, ckpt: RunDir | None = None) -> CorpusResult:
     """Supervised probes and unsupervised clusterings on one corpus (drawn by
     :func:`load_corpus` unless given); ``ckpt`` keeps the DDCL trainings as units."""
     s = settings
@@ -409,7 +410,7 @@ def run(settings: TextReadoutSettings | None = None, *, encoder=None,
     encoder = encoder or load_encoder(s.encoder, device=profile.current().device,
                                       batch_tokens=s.batch_tokens)
     draws = corpora if isinstance(corpora, dict) else {n: None for n in corpora}
-    ckpt = runs.RunDir("text_readout", s)
+    ckpt = RunDir("text_readout", s)
     result = TextReadoutResult(s, encoder.name, {n: run_corpus(n, s, encoder, c, ckpt=ckpt)
                                                  for n, c in draws.items()})
     ckpt.finish({"corpora": list(result.corpora)})

@@ -18,7 +18,7 @@ from ddcl_theory.ledger.tolerance import Tolerance
 from ddcl_theory.ledger.verdict import VERDICTS, Verdict
 from ddcl_theory.runtime import profile
 from ddcl_theory.runtime.paths import results_dir
-from ddcl_theory.runtime.runs import atomic_write_text
+from ddcl_theory.runtime.io import atomic_write_text
 
 
 DDCL = "Cirrincione & Kumar 2026 (arXiv:2604.03850)"

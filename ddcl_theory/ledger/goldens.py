@@ -11,11 +11,11 @@ golden is missing or its cells differ from its source (a stale golden).
 
 Under the paper profile the executed notebooks go to ``--out`` (default ``_build/paper``), never
 over the committed cpu-profile goldens. In the paper profile, beside each executed notebook lies
-``<name>.provenance.json`` (:func:`ddcl_theory.runtime.runs.provenance` plus the chapter source's
+``<name>.provenance.json`` (:func:`runtime.provenance.provenance` plus the chapter source's
 sha256); a chapter whose notebook and provenance are already there with the same provenance
 (code, chapter source, profile, device, versions) is skipped unless ``--force``, so an
 interrupted ``make paper`` resumes at the next unfinished chapter (and inside a chapter, at the
-next unfinished unit of its experiments: ``ddcl_theory.runtime.runs.RunDir``). ``--force`` reruns the
+next unfinished unit of its experiments: ``runtime.rundir.RunDir``). ``--force`` reruns the
 chapters and ignores the experiments' checkpoints too (``DDCL_RESUME=0``).
 """
 from __future__ import annotations
@@ -33,7 +33,10 @@ import nbformat
 from nbclient import NotebookClient
 
 from ddcl_theory.ledger.tolerance import compare_text, parse_declaration
-from ddcl_theory.runtime import profile, runs
+from ddcl_theory.runtime import profile
+from ddcl_theory.runtime.io import atomic_write_text, read_json, write_json
+from ddcl_theory.runtime.provenance import provenance, same_provenance
+from ddcl_theory.runtime.rundir import RESUME_ENV
 from ddcl_theory.runtime.paths import chapter_order, repo_root, results_dir
 
 CELL_TIMEOUT_S = 1800
@@ -91,7 +94,7 @@ def write(source: Path, out_dir: Path | None = None) -> float:
     elapsed = time.perf_counter() - start
     target = golden_path(source) if out_dir is None else out_dir / golden_path(source).name
     text = nbformat.writes(normalise(nb))
-    runs.atomic_write_text(target, text if text.endswith("\n") else text + "\n")
+    atomic_write_text(target, text if text.endswith("\n") else text + "\n")
     return elapsed
 
 
@@ -117,9 +120,9 @@ def _inputs_hash(source: Path) -> str | None:
 
 
 def chapter_provenance(source: Path) -> dict:
-    """:func:`ddcl_theory.runtime.runs.provenance` of executing ``source`` now, with the sha256 of the
+    """:func:`runtime.provenance.provenance` of executing ``source`` now, with the sha256 of the
     source and of the inputs it reads (:func:`_inputs_hash`)."""
-    record = runs.provenance(f"chapter:{source.stem}")
+    record = provenance(f"chapter:{source.stem}")
     record["source_sha256"] = _sha256(source.read_bytes())
     record["inputs_sha256"] = _inputs_hash(source)
     return record
@@ -132,10 +135,10 @@ def completed(source: Path, out_dir: Path, record: dict | None = None) -> bool:
     if not (stored.is_file() and (out_dir / golden_path(source).name).is_file()):
         return False
     try:
-        previous = runs.read_json(stored)
+        previous = read_json(stored)
     except (OSError, ValueError):
         return False
-    return runs.same_provenance(previous, record or chapter_provenance(source), CHAPTER_FIELDS)
+    return same_provenance(previous, record or chapter_provenance(source), CHAPTER_FIELDS)
 
 
 def check(paths: list[Path] | None = None) -> list[str]:
@@ -233,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
             out.mkdir(parents=True, exist_ok=True)
         resumable = out is not None and profile.current().is_paper
         if args.force:
-            os.environ[runs.RESUME_ENV] = "0"       # the kernels inherit it
+            os.environ[RESUME_ENV] = "0"       # the kernels inherit it
         for source in sources(args.names):
             record = chapter_provenance(source) if resumable else None
             if resumable and not args.force and completed(source, out, record):
@@ -245,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
             if resumable:
                 record["completed_utc"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
                 record["seconds"] = round(seconds, 1)
-                runs.write_json(provenance_path(source, out), record)
+                write_json(provenance_path(source, out), record)
             print(f"  wrote {(out / golden_path(source).name) if out else golden_path(source).name}"
                   f" in {seconds:.0f} s", flush=True)
         return 0

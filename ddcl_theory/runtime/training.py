@@ -3,9 +3,9 @@
 :func:`fit` runs ``epochs`` rounds of optimiser steps over the batches a caller draws, with
 
 * a progress bar (:mod:`ddcl_theory.runtime.progress`: on in the paper profile);
-* bf16 autocast on CUDA in the paper profile (:func:`runs.autocast`; a no-op on CPU) and the
-  optional ``torch.compile`` of the forward (:func:`runs.maybe_compile`, ``DDCL_COMPILE=1``);
-* checkpoints in the experiment's run directory (:class:`runs.RunDir`): modules, optimisers,
+* bf16 autocast on CUDA in the paper profile (:func:`autocast`; a no-op on CPU) and the
+  optional ``torch.compile`` of the forward (:func:`maybe_compile`, ``DDCL_COMPILE=1``);
+* checkpoints in the experiment's run directory (:class:`RunDir`): modules, optimisers,
   schedulers, every random generator, the loop position and the history, saved every
   ``checkpoint_every`` rounds, so a killed run resumes at its last save and, on CPU, ends with
   the numbers an uninterrupted run gives, bit for bit.
@@ -24,7 +24,8 @@ from typing import Any
 
 import torch
 
-from ddcl_theory.runtime import runs
+from ddcl_theory.runtime.precision import autocast, maybe_compile
+from ddcl_theory.runtime.rundir import RunDir
 from ddcl_theory.runtime.progress import progress
 
 
@@ -54,7 +55,7 @@ class TrainLog:
 def fit(model: torch.nn.Module, optimizers: torch.optim.Optimizer | Sequence[torch.optim.Optimizer],
         *, rounds: int, batches: Callable[[int], Iterable[Any]],
         loss: Callable[[Callable, Any], torch.Tensor], device: str | torch.device,
-        run: runs.RunDir | None = None, name: str = "state",
+        run: RunDir | None = None, name: str = "state",
         schedulers: Sequence[Any] = (), generators: Mapping[str, torch.Generator] | None = None,
         modules: Mapping[str, torch.nn.Module] | None = None,
         clip_grad_norm: float | None = None,
@@ -103,13 +104,13 @@ def fit(model: torch.nn.Module, optimizers: torch.optim.Optimizer | Sequence[tor
     if run is not None and (saved := run.load_state(name, **state)) is not None:
         log.resumed_at = int(saved[0])
         log.losses, log.metrics = [list(x) for x in saved[1]["losses"]], list(saved[1]["metrics"])
-    forward = runs.maybe_compile(model) if compile else model
+    forward = maybe_compile(model) if compile else model
     if train_mode:
         model.train()
     for r in progress(range(log.resumed_at, rounds), desc=desc, total=rounds - log.resumed_at):
         round_losses: list[float] = []
         for batch in batches(r):
-            with runs.autocast(device):                  # bf16 on CUDA (paper), no-op on CPU
+            with autocast(device):                  # bf16 on CUDA (paper), no-op on CPU
                 value = loss(forward, batch)
             for opt in opts:
                 opt.zero_grad(set_to_none=True)

@@ -22,7 +22,8 @@ from ddcl_theory.experiments.peer_readouts.training import (
     compare_readouts,
     train_readout,
 )
-from ddcl_theory.runtime import profile, runs
+from ddcl_theory.runtime import profile
+from ddcl_theory.runtime.rundir import RunDir
 from ddcl_theory.runtime.progress import progress
 
 
@@ -264,7 +265,7 @@ def cost_settings(s: StudySettings) -> PeerSettings:
     return s.peer_settings(task, 0)
 
 
-def _unit(ckpt: runs.RunDir, key: str, kind: str, task: TaskData,
+def _unit(ckpt: RunDir, key: str, kind: str, task: TaskData,
           ps: PeerSettings) -> ReadoutHistory:
     """One training run as a unit of the run directory: read back when finished, else trained
     (resuming from its last epoch's checkpoint when one is there)."""
@@ -279,7 +280,7 @@ def run_study(settings: StudySettings | None = None, *, encoder=None,
 
     ``tasks`` (name -> :class:`TaskData`) replaces loading; ``encoder`` is the frozen text
     encoder (loaded from the settings when a text task needs it). In the paper profile every
-    finished training run is checkpointed (:class:`ddcl_theory.runtime.runs.RunDir`).
+    finished training run is checkpointed (:class:`ddcl_theory.runtime.rundir.RunDir`).
     """
     s = settings or StudySettings.from_profile()
     needed = tuple(dict.fromkeys(s.tasks + (s.sweep_task,)))
@@ -291,7 +292,7 @@ def run_study(settings: StudySettings | None = None, *, encoder=None,
                 encoder = load_encoder(s.encoder, device=profile.current().device,
                                        batch_tokens=s.encoder_batch_tokens)
             data[name] = load_task(name, s, encoder)
-    ckpt = runs.RunDir("peer_readouts", s)
+    ckpt = RunDir("peer_readouts", s)
     main: dict[str, dict[str, list[ReadoutHistory]]] = {}
     for task in progress(s.tasks, desc="tasks"):
         d = data[task]

@@ -22,7 +22,8 @@ from ddcl_theory.experiments.peer_readouts.records import (
     _measure,
 )
 from ddcl_theory.experiments.peer_readouts.settings import READOUTS, PeerSettings
-from ddcl_theory.runtime import profile, runs
+from ddcl_theory.runtime import profile
+from ddcl_theory.runtime.rundir import RunDir
 from ddcl_theory.runtime.progress import progress
 from ddcl_theory.runtime.training import fit
 
@@ -48,7 +49,7 @@ def _initial_model(kind: str, data: TokenSet, s: PeerSettings, n_classes: int,
 
 
 def train_readout(kind: str, data: TokenSet, settings: PeerSettings | None = None,
-                  test: TokenSet | None = None, *, run: runs.RunDir | None = None,
+                  test: TokenSet | None = None, *, run: RunDir | None = None,
                   name: str = "state") -> ReadoutHistory:
     """Train encoder + readout ``kind`` + classifier on ``data``; record collapse per epoch.
 
