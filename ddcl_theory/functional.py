@@ -19,7 +19,8 @@ def work_dtype(*dtypes: torch.dtype) -> torch.dtype:
 
 def check_temperature(temperature: Temperature, name: str = "temperature") -> None:
     """Raise ``ValueError`` unless the temperature is a finite positive scalar."""
-    t = temperature.detach() if isinstance(temperature, Tensor) else torch.tensor(float(temperature))
+    t = (temperature.detach() if isinstance(temperature, Tensor)
+         else torch.tensor(float(temperature)))
     if t.numel() != 1:
         raise ValueError(f"{name}: expected a scalar, got shape {tuple(t.shape)}")
     if not bool(torch.isfinite(t)) or float(t) <= 0:
@@ -30,7 +31,8 @@ def _check_pair(z: Tensor, prototypes: Tensor) -> None:
     if z.dim() != 2:
         raise ValueError(f"z: expected shape (N, d), got {tuple(z.shape)}")
     if prototypes.dim() != 2 or prototypes.shape[0] < 1:
-        raise ValueError(f"prototypes: expected shape (K, d) with K >= 1, got {tuple(prototypes.shape)}")
+        raise ValueError(f"prototypes: expected shape (K, d) with K >= 1, got "
+                         f"{tuple(prototypes.shape)}")
     if z.shape[1] != prototypes.shape[1]:
         raise ValueError(f"prototypes: feature size {prototypes.shape[1]} does not match "
                          f"z's {z.shape[1]}")

@@ -399,7 +399,8 @@ def test_paper_chapters_resume_at_chapter_granularity(tmp_path, monkeypatch):
     assert goldens.main(["write", "--out", str(out), "decomposition"]) == 0          # skipped
     assert executed == [source.stem]
     write_json(goldens.provenance_path(source, out), dict(record, code_sha256="0" * 16))
-    assert goldens.main(["write", "--out", str(out), "decomposition"]) == 0          # other code: rerun
+    # other code: rerun
+    assert goldens.main(["write", "--out", str(out), "decomposition"]) == 0
     assert goldens.main(["write", "--out", str(out), "--force", "decomposition"]) == 0
     assert executed == [source.stem] * 3 and os.environ[RESUME_ENV] == "0"
 

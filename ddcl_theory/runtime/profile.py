@@ -73,7 +73,8 @@ def current() -> Profile:
         raise ValueError(f"{PROFILE_ENV}={name!r}: expected one of {PROFILES}")
     smoke = os.environ.get(SMOKE_ENV, "").strip().lower() not in ("", "0", "false", "no")
     if smoke and name != "paper":
-        raise ValueError(f"{SMOKE_ENV}=1 is the paper profile's smoke test: set {PROFILE_ENV}=paper too")
+        raise ValueError(f"{SMOKE_ENV}=1 is the paper profile's smoke test: set "
+                         f"{PROFILE_ENV}=paper too")
     if name == "paper" and torch.cuda.is_available() and not smoke:
         device = "cuda"
     else:
