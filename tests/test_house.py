@@ -1,6 +1,8 @@
 """The house's one-way traffic (docs/architecture): the science (``layers``, ``metrics``,
 ``theory``, ``models``, ``data``, ``functional``) never imports ``experiments`` or ``ledger``, and
-``runtime`` imports nothing of ``ddcl_theory`` but ``runtime``. Imports are read from the source
+``runtime`` imports nothing of ``ddcl_theory`` but ``runtime``; ``experiments`` and ``ledger``
+stand side by side (experiments produce results, the ledger decides on them): neither imports
+the other. Imports are read from the source
 (``ast``), lazy ones inside functions included, so a rule breaks here before it breaks a reader."""
 from __future__ import annotations
 
@@ -59,6 +61,9 @@ def violations(root: Path = PACKAGE) -> list[str]:
                 out.append(f"{name} imports {imported}")
             if sub == "runtime" and not _within(imported, f"{pkg}.runtime"):
                 out.append(f"{name} imports {imported}")
+            for a, b in (("experiments", "ledger"), ("ledger", "experiments")):
+                if sub == a and _within(imported, f"{pkg}.{b}"):
+                    out.append(f"{name} imports {imported}")
     return out
 
 
@@ -68,7 +73,7 @@ def test_the_package_keeps_the_import_direction():
 
 def test_the_check_sees_a_science_module_that_imports_experiments(tmp_path):
     root = tmp_path / "ddcl_theory"
-    for folder in ("layers", "runtime", "experiments"):
+    for folder in ("layers", "runtime", "experiments", "ledger"):
         (root / folder).mkdir(parents=True)
         (root / folder / "__init__.py").write_text("")
     (root / "__init__.py").write_text("")
@@ -78,10 +83,16 @@ def test_the_check_sees_a_science_module_that_imports_experiments(tmp_path):
     (root / "runtime" / "leaky.py").write_text("from ..layers import good\n")
     (root / "runtime" / "fine.py").write_text("from . import leaky\nimport numpy\n")
     (root / "functional.py").write_text("import ddcl_theory.ledger.verdict\n")
+    (root / "experiments" / "study.py").write_text("from ddcl_theory.ledger import verdict\n")
+    (root / "ledger" / "rules.py").write_text("from ..experiments import study\n")
     assert violations(root) == [
+        "ddcl_theory.experiments.study imports ddcl_theory.ledger",
+        "ddcl_theory.experiments.study imports ddcl_theory.ledger.verdict",
         "ddcl_theory.functional imports ddcl_theory.ledger.verdict",
         "ddcl_theory.layers.bad imports ddcl_theory.experiments",
         "ddcl_theory.layers.bad imports ddcl_theory.experiments.smoke",
+        "ddcl_theory.ledger.rules imports ddcl_theory.experiments",
+        "ddcl_theory.ledger.rules imports ddcl_theory.experiments.study",
         "ddcl_theory.runtime.leaky imports ddcl_theory.layers",
         "ddcl_theory.runtime.leaky imports ddcl_theory.layers.good",
     ]

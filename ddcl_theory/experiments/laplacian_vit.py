@@ -24,10 +24,10 @@ import torch.nn.functional as F
 
 from ddcl_theory import data
 from ddcl_theory.experiments import require_positive_ints
+from ddcl_theory.metrics import geometry as metrics
 
 # the decision rules' comparison beyond the seed spread, re-exported here for orbital_debris
-from ddcl_theory.ledger.decisions.laplacian_experiments import compare
-from ddcl_theory.metrics import geometry as metrics
+from ddcl_theory.metrics.seeds import compare
 from ddcl_theory.models.transformer import value_output_maps
 from ddcl_theory.models.vit import ViT
 from ddcl_theory.runtime import profile

@@ -33,9 +33,9 @@ from ddcl_theory.data import debris
 from ddcl_theory.experiments import require_positive_ints
 from ddcl_theory.experiments.laplacian_vit import num_threads
 from ddcl_theory.layers.ddcl import DDCLAttention
-from ddcl_theory.ledger.decisions.laplacian_experiments import compare
 from ddcl_theory.metrics import clustering
 from ddcl_theory.metrics.prototypes import SEPARATION_KINDS, separation
+from ddcl_theory.metrics.seeds import compare
 from ddcl_theory.models.mlp import QuantizedMLPAutoencoder
 from ddcl_theory.runtime import profile
 from ddcl_theory.runtime.progress import progress

@@ -7,10 +7,9 @@ beyond the seed spread (:func:`compare`).
 """
 from __future__ import annotations
 
-import math
-
 from ddcl_theory.ledger.tolerance import Tolerance
 from ddcl_theory.ledger.verdict import Verdict
+from ddcl_theory.metrics.seeds import compare
 
 __all__ = ["compare", "fmt_summary", "TRAINING", "decide_l6", "decide_l7", "decide_l8",
            "decide_l9", "decide_l10"]
@@ -22,21 +21,6 @@ TRAINING = Tolerance(abs=0.01, rel=0.03, reason="seed means and spreads of short
 
 SPREAD_RULE = ("a difference between two head settings counts only when their seed means differ "
                "by more than sqrt(s_a^2 + s_b^2) (s: population std over seeds)")
-
-
-def compare(summary: dict[str, tuple[float, float]], a: str, b: str) -> int:
-    """+1 if setting ``a``'s mean is above ``b``'s by more than the spread, -1 if below, else 0.
-
-    The margin is ``sqrt(std_a^2 + std_b^2)`` (the spread of the difference of two single runs),
-    so a difference inside the seed-to-seed noise counts as no difference.
-    """
-    (ma, sa), (mb, sb) = summary[a], summary[b]
-    margin = math.hypot(sa, sb)
-    if ma - mb > margin:
-        return 1
-    if mb - ma > margin:
-        return -1
-    return 0
 
 
 def fmt_summary(summary: dict[str, tuple[float, float]], digits: int = 3) -> str:
