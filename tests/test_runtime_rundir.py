@@ -258,7 +258,7 @@ CHILD = textwrap.dedent('''
     import numpy as np, torch
     torch.set_num_threads(1)
     sys.path.insert(0, sys.argv[4])
-    from test_runs import Tiny, _train
+    from test_runtime_rundir import Tiny, _train
     from ddcl_theory.runtime.rundir import RunDir
     root, out, pause = sys.argv[1], sys.argv[2], float(sys.argv[3])
     save = RunDir.save_state

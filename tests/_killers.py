@@ -1,0 +1,20 @@
+"""A run directory that dies after its n-th state save: the kill of the kill-and-resume tests."""
+from __future__ import annotations
+
+from ddcl_theory.runtime.rundir import RunDir
+
+
+class Killed(Exception):
+    pass
+class KilledAfter(RunDir):
+    """A run directory whose process dies right after its ``saves``-th state save."""
+
+    def __init__(self, *args, saves: int, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.left = saves
+
+    def save_state(self, *args, **kwargs) -> None:
+        super().save_state(*args, **kwargs)
+        self.left -= 1
+        if self.left == 0:
+            raise Killed
