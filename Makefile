@@ -1,8 +1,11 @@
 # The two commands of the README: `make book` and `make test`. Everything else is for maintainers.
 VENV := .venv/bin
 NBVAL := -p ddcl_theory.ledger.nbval_numeric --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 1800
+## pytest-xdist workers of `make test` and `make unit` (JOBS=0: one process, no xdist).
+JOBS ?= auto
+PARALLEL := -n $(JOBS) --dist loadgroup --durations=25
 
-.PHONY: setup data book book-strict test unit goldens paper smoke check-goldens check-render check-results clean
+.PHONY: setup data book book-strict test unit goldens paper reference smoke check-goldens check-render check-results clean
 
 setup:
 	@bash scripts/setup.sh
@@ -19,17 +22,20 @@ data: setup
 book: setup
 	$(VENV)/python book/build_book.py $(if $(COMMITTED),--committed-outputs)
 
-## Clean, warnings-as-errors, nitpicky build (what CI runs).
+## Clean, warnings-as-errors, nitpicky build of the committed goldens, not executed (what CI runs
+## after `make test` has checked them with nbval: no chapter is executed twice per CI run).
 book-strict: setup
-	$(VENV)/jupyter-book clean --all .
-	$(VENV)/jupyter-book build . -W -n --keep-going
+	$(VENV)/jupyter-book clean .
+	$(VENV)/python book/build_book.py --committed-outputs -W -n --keep-going
 
-## Unit, property and notebook regression (nbval on every golden) tests.
+## Unit, property and notebook regression (nbval on every golden) tests. One xdist worker runs
+## the goldens in reading order (the ledger reads the chapters' verdicts); the others (and that
+## one, once the goldens are done) take the unit tests. The 25 slowest tests are listed at the end.
 test: data
-	$(VENV)/python -m pytest tests notebooks $(NBVAL) -m "not browser"
+	$(VENV)/python -m pytest tests notebooks $(NBVAL) -m "not browser" $(PARALLEL)
 
 unit: setup
-	$(VENV)/python -m pytest tests -m "not browser"
+	$(VENV)/python -m pytest tests -m "not browser" $(PARALLEL)
 
 ## Re-execute the sources and rewrite the goldens (maintainers, after changing a chapter).
 goldens: setup
@@ -40,6 +46,12 @@ goldens: setup
 ## experiments resume from their checkpoints (results/paper/runs). FORCE=1 reruns from scratch.
 paper: data
 	DDCL_PROFILE=paper $(VENV)/python -m ddcl_theory.ledger.goldens write $(if $(FORCE),--force) $(NAMES)
+
+## Rerun chapters under the reference profile (CPU, the seeds and scales the verdict rules demand)
+## into _build/reference, verdicts and provenance into results/reference (committed). Resumes like
+## `make paper`; FORCE=1 reruns from scratch.
+reference: data
+	DDCL_PROFILE=reference $(VENV)/python -m ddcl_theory.ledger.goldens write $(if $(FORCE),--force) $(NAMES)
 
 ## The paper profile's smoke test: every experiment at paper sizes, a handful of steps, on CPU
 ## (one thread: the budgets are tiny, and threads only contend on a shared host).
@@ -55,9 +67,10 @@ check-render: setup
 	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
 	DDCL_REQUIRE_BUILT_BOOK=1 $(VENV)/python -m pytest tests/test_rendered_book.py -m browser
 
-## Compare results/ with the committed ones: verdicts exactly, numbers within declared tolerances.
+## Compare results/ (or RESULTS=folder, e.g. where `make test` wrote its verdicts) with the
+## committed ones: verdicts exactly, numbers within declared tolerances.
 check-results: setup
-	$(VENV)/python -m ddcl_theory.ledger.results_check
+	$(VENV)/python -m ddcl_theory.ledger.results_check $(if $(RESULTS),--dir $(RESULTS))
 
 clean:
 	rm -rf _build

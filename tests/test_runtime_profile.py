@@ -1,6 +1,8 @@
 """The one profile switch and the seeding helper."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -70,3 +72,59 @@ def test_smoke_without_the_paper_profile_is_an_error(monkeypatch):
     monkeypatch.setenv(profile.SMOKE_ENV, "1")
     with pytest.raises(ValueError, match="DDCL_PROFILE=paper"):
         profile.current()
+
+
+def test_reference_profile_runs_on_cpu_and_keeps_runs(monkeypatch, tmp_path):
+    from ddcl_theory.runtime import paths
+    from ddcl_theory.runtime.rundir import RunDir
+
+    @dataclasses.dataclass
+    class Settings:
+        a: int = 1
+    monkeypatch.setenv(paths.RESULTS_ENV, str(tmp_path))
+    monkeypatch.setenv(profile.PROFILE_ENV, "reference")
+    prof = profile.current()
+    assert prof.is_reference and not prof.is_paper and prof.device == "cpu"
+    assert prof.keeps_runs and prof.results_subdir == "reference"
+    assert paths.results_dir() == tmp_path / "reference"
+    assert RunDir("x", Settings()).enabled
+    monkeypatch.setenv(profile.PROFILE_ENV, "cpu")
+    assert not profile.current().keeps_runs and profile.current().results_subdir == ""
+    assert not RunDir("x", Settings()).enabled
+
+
+def test_reference_pick_defaults_to_the_cpu_value(monkeypatch):
+    monkeypatch.setenv(profile.PROFILE_ENV, "reference")
+    prof = profile.current()
+    assert prof.pick(cpu=3, paper=100) == 3                 # nothing changes until declared
+    assert prof.pick(cpu=3, paper=100, reference=10) == 10
+    assert prof.pick(cpu=3, paper=100, smoke=1, reference=10) == 10
+    monkeypatch.setenv(profile.PROFILE_ENV, "paper")
+    assert profile.current().pick(cpu=3, paper=100, reference=10) == 100
+    monkeypatch.setenv(profile.PROFILE_ENV, "cpu")
+    assert profile.current().pick(cpu=3, paper=100, reference=10) == 3
+
+
+def test_smoke_with_the_reference_profile_is_an_error(monkeypatch):
+    monkeypatch.setenv(profile.PROFILE_ENV, "reference")
+    monkeypatch.setenv(profile.SMOKE_ENV, "1")
+    with pytest.raises(ValueError, match="DDCL_PROFILE=paper"):
+        profile.current()
+
+
+def test_the_suite_refuses_the_reference_profile():
+    from tests import conftest
+
+    class Config:
+        pass
+    import os
+    old = os.environ.get(profile.PROFILE_ENV)
+    os.environ[profile.PROFILE_ENV] = "reference"
+    try:
+        with pytest.raises(pytest.UsageError, match="'cpu' profile"):
+            conftest.pytest_configure(Config())
+    finally:
+        if old is None:
+            del os.environ[profile.PROFILE_ENV]
+        else:
+            os.environ[profile.PROFILE_ENV] = old

@@ -8,9 +8,11 @@ golden is missing or its cells differ from its source (a stale golden).
     python -m ddcl_theory.ledger.goldens check
     python -m ddcl_theory.ledger.goldens compare DIR [NAME ...]  # executed copies in DIR vs goldens
     DDCL_PROFILE=paper python -m ddcl_theory.ledger.goldens write [--out DIR] [--force] [NAME ...]
+    DDCL_PROFILE=reference python -m ddcl_theory.ledger.goldens write [--force] [NAME ...]
 
-Under the paper profile the executed notebooks go to ``--out`` (default ``_build/paper``), never
-over the committed cpu-profile goldens. In the paper profile, beside each executed notebook lies
+Under the paper (reference) profile the executed notebooks go to ``--out`` (default
+``_build/paper``, ``_build/reference``), never over the committed cpu-profile goldens. In those
+profiles, beside each executed notebook lies
 ``<name>.provenance.json`` (:func:`runtime.provenance.provenance` plus the chapter source's
 sha256); a chapter whose notebook and provenance are already there with the same provenance
 (code, chapter source, profile, device, versions) is skipped unless ``--force``, so an
@@ -207,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("names", nargs="*", help="source stems or prefixes, e.g. 02 or decomposition")
     parser.add_argument("--out", type=Path, default=None,
                         help="write executed notebooks here instead of over the goldens "
-                             "(default under the paper profile: _build/paper)")
+                             "(default under the paper/reference profile: "
+                             "_build/paper, _build/reference)")
     parser.add_argument("--force", action="store_true",
                         help="with --out: rerun chapters already executed with the same "
                              "provenance, and ignore the experiments' checkpoints")
@@ -227,14 +230,14 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if problems else 0
     if args.command == "write":
         out = args.out
-        if out is None and profile.current().is_paper:
-            out = notebooks_dir().parent / "_build" / "paper"
+        if out is None and profile.current().keeps_runs:
+            out = notebooks_dir().parent / "_build" / profile.current().results_subdir
         if out is not None:
             out = out.resolve()
             if out == notebooks_dir().resolve():
                 raise SystemExit("--out: the goldens folder holds cpu-profile outputs only")
             out.mkdir(parents=True, exist_ok=True)
-        resumable = out is not None and profile.current().is_paper
+        resumable = out is not None and profile.current().keeps_runs
         if args.force:
             os.environ[RESUME_ENV] = "0"       # the kernels inherit it
         for source in sources(args.names):

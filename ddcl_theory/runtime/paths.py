@@ -32,8 +32,8 @@ def chapter_order(root: Path | None = None) -> list[str]:
 def results_dir() -> Path:
     """``$DDCL_RESULTS_DIR``, else ``<repo>/results``, else ``./results``; created if missing.
 
-    Under the paper profile the results go to a ``paper/`` folder inside it, so that a GPU rerun
-    never overwrites the committed cpu-profile verdicts.
+    Under the paper (reference) profile the results go to a ``paper/`` (``reference/``) folder
+    inside it, so that such a rerun never overwrites the committed cpu-profile verdicts.
     """
     from ddcl_theory.runtime.profile import current
 
@@ -43,7 +43,7 @@ def results_dir() -> Path:
     else:
         root = repo_root()
         path = (root if root is not None else Path.cwd()) / "results"
-    if current().is_paper:
-        path = path / "paper"
+    if current().results_subdir:
+        path = path / current().results_subdir
     path.mkdir(parents=True, exist_ok=True)
     return path

@@ -5,6 +5,10 @@ the environment variable ``DDCL_PROFILE``:
 
 * ``cpu`` (default): everything runs on CPU in minutes; the committed goldens use it.
 * ``paper``: paper-scale settings on a GPU (``cuda`` when available).
+* ``reference``: the same code on CPU at the scale the verdict rules demand (more seeds, longer
+  runs, a scale sweep); resumable like ``paper`` (run directories on) and written to
+  ``results/reference/`` so that its committed verdicts sit beside the cpu ones. An experiment
+  that gives no ``reference`` value to :meth:`Profile.pick` runs its cpu value.
 
 ``DDCL_SMOKE=1`` beside ``DDCL_PROFILE=paper`` is the paper profile's smoke test: paper-scale
 shapes and data, but the budgets (epochs, steps, seeds) that an experiment declares with
@@ -23,7 +27,7 @@ import torch
 
 PROFILE_ENV = "DDCL_PROFILE"
 SMOKE_ENV = "DDCL_SMOKE"
-PROFILES = ("cpu", "paper")
+PROFILES = ("cpu", "paper", "reference")
 DEFAULT_PROFILE = "cpu"
 
 T = TypeVar("T")
@@ -34,8 +38,9 @@ class Profile:
     """The active run profile.
 
     Attributes:
-        name: ``"cpu"`` or ``"paper"``.
+        name: ``"cpu"``, ``"paper"`` or ``"reference"``.
         device: torch device string the experiments use.
+        smoke: the paper profile's smoke test (``DDCL_SMOKE=1``).
     """
 
     name: str
@@ -46,14 +51,32 @@ class Profile:
     def is_paper(self) -> bool:
         return self.name == "paper"
 
-    def pick(self, *, cpu: T, paper: T, smoke: T | None = None) -> T:
-        """Return the value for this profile: ``profile.pick(cpu=3, paper=10, smoke=1)``.
+    @property
+    def is_reference(self) -> bool:
+        return self.name == "reference"
+
+    @property
+    def keeps_runs(self) -> bool:
+        """Whether experiments checkpoint into run directories and resume (paper, reference)."""
+        return self.name in ("paper", "reference")
+
+    @property
+    def results_subdir(self) -> str:
+        """The folder inside ``results/`` this profile writes to: ``""`` for cpu, else its name."""
+        return "" if self.name == "cpu" else self.name
+
+    def pick(self, *, cpu: T, paper: T, smoke: T | None = None,
+             reference: T | None = None) -> T:
+        """Return the value for this profile: ``profile.pick(cpu=3, paper=10, reference=5)``.
 
         ``smoke`` (for budgets only: epochs, steps, seeds) replaces the paper value in the paper
         profile's smoke test; sizes and shapes leave it out and stay at paper scale.
+        ``reference`` is the reference profile's value; left out (None), the cpu value is used.
         """
         if self.is_paper:
             return smoke if (self.smoke and smoke is not None) else paper
+        if self.is_reference and reference is not None:
+            return reference
         return cpu
 
 

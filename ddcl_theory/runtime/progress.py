@@ -19,7 +19,7 @@ def enabled() -> bool:
     flag = os.environ.get("DDCL_PROGRESS")
     if flag is not None:
         return flag.strip() not in ("", "0", "false", "no")
-    return profile.current().is_paper
+    return profile.current().keeps_runs
 
 
 def progress(iterable: Iterable[T], desc: str = "", total: int | None = None) -> Iterable[T]:

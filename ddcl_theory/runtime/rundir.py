@@ -66,8 +66,8 @@ class RunDir:
         settings: the experiment's settings dataclass; its hash keys the directory.
         root: folder holding run directories (default ``<results>/runs``, i.e.
             ``results/paper/runs`` in the paper profile).
-        enabled: default: on in the paper profile, off in the cpu profile. When off, nothing is
-            read or written and :meth:`unit` simply computes.
+        enabled: default: on in the paper and reference profiles, off in the cpu profile. When
+            off, nothing is read or written and :meth:`unit` simply computes.
 
     On first use an enabled run directory writes its :func:`provenance`; when it finds one from a
     different code version, device, profile or library version (:data:`RESUME_FIELDS`), or when
@@ -84,7 +84,7 @@ class RunDir:
         self.experiment = experiment
         self.settings = settings
         self.key = f"{experiment}-{settings_hash(settings)}"
-        self.enabled = profile.current().is_paper if enabled is None else bool(enabled)
+        self.enabled = profile.current().keeps_runs if enabled is None else bool(enabled)
         self._root = Path(root) if root is not None else None
         self._ready = False
         self.loaded: list[str] = []        # unit keys read back from disk in this process
