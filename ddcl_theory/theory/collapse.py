@@ -9,6 +9,12 @@ the free energy F_tau (see :mod:`.free_energy`) at every temperature. With C the
 * (2N/K)(1 - 2 lambda_i / tau), each K - 1 times, on the zero-sum directions (sum_k u_k = 0),
 
 so collapse is a strict local minimum for tau > T_c = 2 lambda_1 and a saddle for tau < T_c.
+
+The quantisation loss L_q = sum_nk q_nk d_nk with q *differentiated* (what autograd does through
+the softmax) is L_q = F + tau H, a different function: its zero-sum Hessian at collapse is
+(2N/K)(I - 4C/tau), so collapse is a saddle of L_q only below 4 lambda_1 = 2 T_c(F). The
+``objective`` argument says which loss a threshold or Hessian belongs to; see
+:mod:`.collapse_symbolic` for the SymPy derivation of both.
 """
 from __future__ import annotations
 
@@ -16,7 +22,19 @@ import torch
 from torch import Tensor
 
 from ddcl_theory.functional import Temperature, check_temperature, soft_assign
-from ddcl_theory.theory.free_energy import free_energy, free_energy_grad
+from ddcl_theory.theory.free_energy import distortion, free_energy, free_energy_grad
+
+#: Objective name -> m in the zero-sum Hessian (2N/K)(I - m C / tau) at collapse; T_c = m lambda_1.
+#: "free_energy": F (q at its Gibbs value, or q detached: the gradient is F's);
+#: "quantisation": L_q with q differentiated.
+COLLAPSE_FACTORS = {"free_energy": 2.0, "quantisation": 4.0}
+
+
+def _factor(objective: str) -> float:
+    if objective not in COLLAPSE_FACTORS:
+        raise ValueError(f"objective: expected one of {sorted(COLLAPSE_FACTORS)}, "
+                         f"got {objective!r}")
+    return COLLAPSE_FACTORS[objective]
 
 
 def _check_tokens(z: Tensor) -> None:
@@ -37,13 +55,16 @@ def data_covariance(z: Tensor) -> Tensor:
     return x.T @ x / x.shape[0]
 
 
-def critical_temperature(z: Tensor) -> float:
-    """T_c = 2 lambda_max(C) for tokens z (N, d), C the covariance with divisor N.
+def critical_temperature(z: Tensor, objective: str = "free_energy") -> float:
+    """Collapse threshold m lambda_max(C) for tokens z (N, d), C the covariance with divisor N.
 
-    Below T_c the collapsed bank (all prototypes at the data mean) is a saddle of F_tau; above it
-    a strict local minimum. T_c does not depend on the number K >= 2 of prototypes.
+    ``objective="free_energy"`` (default): T_c = 2 lambda_max, the threshold of F (q at its Gibbs
+    value; also of training with q detached). ``"quantisation"``: 4 lambda_max, the threshold of
+    L_q with q differentiated. Below it the collapsed bank (all prototypes at the data mean) is a
+    saddle of that objective; above it a strict local minimum. It does not depend on K >= 2.
     """
-    return float(2.0 * torch.linalg.eigvalsh(data_covariance(z))[-1])
+    factor = _factor(objective)
+    return float(factor * torch.linalg.eigvalsh(data_covariance(z))[-1])
 
 
 def collapsed(z: Tensor, k: int) -> Tensor:
@@ -53,30 +74,37 @@ def collapsed(z: Tensor, k: int) -> Tensor:
     return z.detach().to(torch.float64).mean(0, keepdim=True).repeat(k, 1)
 
 
-def collapse_hessian_eigenvalues(z: Tensor, k: int,
-                                 temperature: Temperature) -> tuple[Tensor, Tensor]:
-    """Predicted Hessian eigenvalues of F_tau at collapse: (translation (d,), zero-sum (d,)).
+def collapse_hessian_eigenvalues(z: Tensor, k: int, temperature: Temperature,
+                                 objective: str = "free_energy") -> tuple[Tensor, Tensor]:
+    """Predicted Hessian eigenvalues at collapse: (translation (d,), zero-sum (d,)).
 
-    translation: 2N/K, d times. zero-sum: (2N/K)(1 - 2 lambda_i / tau), i = 1..d ascending, each
-    with multiplicity K - 1 in the full Hessian.
+    translation: 2N/K, d times. zero-sum: (2N/K)(1 - m lambda_i / tau), i = 1..d ascending, each
+    with multiplicity K - 1 in the full Hessian; m = 2 for F, 4 for L_q (q differentiated).
     """
+    factor = _factor(objective)
     _check_k(k)
     check_temperature(temperature)
     n = z.shape[0]
     lam = torch.linalg.eigvalsh(data_covariance(z))
     scale = 2.0 * n / k
     tau = float(temperature)
-    return torch.full_like(lam, scale), torch.sort(scale * (1.0 - 2.0 * lam / tau)).values
+    return torch.full_like(lam, scale), torch.sort(scale * (1.0 - factor * lam / tau)).values
 
 
-def free_energy_hessian(z: Tensor, prototypes: Tensor, temperature: Temperature) -> Tensor:
-    """Autograd Hessian of F_tau at P, float64, shape (K d, K d) (P flattened row by row)."""
+def free_energy_hessian(z: Tensor, prototypes: Tensor, temperature: Temperature,
+                        objective: str = "free_energy") -> Tensor:
+    """Autograd Hessian at P, float64, shape (K d, K d) (P flattened row by row).
+
+    ``objective="free_energy"``: of F_tau; ``"quantisation"``: of L_q with q differentiated.
+    """
+    _factor(objective)
+    loss = free_energy if objective == "free_energy" else distortion
     zz = z.detach().to(torch.float64)
     k, d = prototypes.shape
     tau = float(temperature)
 
     def f(flat: Tensor) -> Tensor:
-        return free_energy(zz, flat.reshape(k, d), tau)
+        return loss(zz, flat.reshape(k, d), tau)
 
     flat = prototypes.detach().to(torch.float64).reshape(-1)
     return torch.autograd.functional.hessian(f, flat)
@@ -96,6 +124,16 @@ def restrict_to_zero_sum(hessian: Tensor, k: int, d: int) -> Tensor:
         raise ValueError(f"hessian: expected shape ({k * d}, {k * d}), got {tuple(hessian.shape)}")
     basis = torch.kron(zero_sum_basis(k), torch.eye(d, dtype=torch.float64))  # (K d, (K-1) d)
     return basis.T @ hessian.to(torch.float64) @ basis
+
+
+def min_zero_sum_eigenvalue(z: Tensor, k: int, temperature: Temperature,
+                            objective: str = "free_energy") -> float:
+    """Smallest eigenvalue of the autograd Hessian at collapse on zero-sum perturbations (float64).
+
+    Positive: collapse is a strict local minimum of the objective; negative: a saddle.
+    """
+    hess = free_energy_hessian(z, collapsed(z, k), temperature, objective)
+    return float(torch.linalg.eigvalsh(restrict_to_zero_sum(hess, k, z.shape[1]))[0])
 
 
 def assignment_covariance(q: Tensor) -> Tensor:
