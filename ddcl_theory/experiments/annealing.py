@@ -116,7 +116,7 @@ def run(settings: AnnealingSettings | None = None) -> AnnealingResult:
     s = settings or AnnealingSettings()
     gen = profile.seed_everything(s.seed)
     z, source = patch_tokens(s.n_tokens, s.patch, s.dim, s.seed)
-    t_c = critical_temperature(z)
+    t_c = critical_temperature(z, objective="free_energy")  # EM steps descend F: it matches
     scale = float(torch.sqrt(torch.trace(data_covariance(z))))
     taus = np.geomspace(s.start_ratio * t_c, s.end_ratio * t_c, s.n_temperatures)
     p = collapsed(z, s.k)

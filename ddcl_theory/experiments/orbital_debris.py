@@ -6,7 +6,8 @@ observed columns standardised (z-scores over the catalogue). Methods, each with 
 * ``ddcl`` - a DDCL clustering head: a projection-free
   :class:`~ddcl_theory.layers.ddcl.DDCLAttention` bank on the standardised rows, seeded by one
   k-means++ draw, trained full batch by Adam on L_q for ``epochs`` epochs at tau = r T_c
-  (T_c = 2 lambda_max of the data covariance, the collapse temperature); cluster = argmax q.
+  (T_c = 2 lambda_max of the data covariance, F's collapse temperature; for the trained L_q,
+  q differentiated, it is 4 lambda_max = 2 T_c); cluster = argmax q.
   ``ddcl_sgd`` is the same head trained by plain full-batch gradient descent (a control: is a
   behaviour of the separation Adam's doing?).
 * ``readout`` - DDCL as a readout: an MLP encoder, the DDCL soft quantiser of
@@ -249,7 +250,8 @@ def fit_ddcl_head(x: np.ndarray, k: int, relative_temperature: float, epochs: in
         raise ValueError(f"optimizer: expected 'adam' or 'sgd', got {optimizer!r}")
     gen = profile.seed_everything(seed)
     z = torch.as_tensor(x, dtype=torch.float32)
-    tau = relative_temperature * critical_temperature(z)
+    # trains L_q with q differentiated; T_c here is F's (2 lambda_max), not L_q's (4 lambda_max)
+    tau = relative_temperature * critical_temperature(z, objective="free_energy")
     layer = DDCLAttention(z.shape[1], k, heads=1, temperature=tau, residual=False, norm=False,
                           projections=False)
     tokens = z[None]                                                   # one sequence of N rows
@@ -280,7 +282,9 @@ def fit_ddcl_readout(x: np.ndarray, k: int, relative_temperature: float, epochs:
     quantizer = model.quantizer
     with torch.no_grad():
         z0 = model.encoder(xt)
-        quantizer.layer.set_temperature(relative_temperature * critical_temperature(z0))
+        # MSE + beta L_q (q differentiated); F's T_c (2 lambda_max), not L_q's (4 lambda_max)
+        quantizer.layer.set_temperature(
+            relative_temperature * critical_temperature(z0, objective="free_energy"))
         quantizer.layer.init_prototypes_from(z0[None], generator=gen)
     params = [*model.encoder.parameters(), *model.decoder.parameters(), *quantizer.parameters()]
     opt = torch.optim.Adam(params, lr=lr)

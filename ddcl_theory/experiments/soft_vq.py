@@ -301,7 +301,9 @@ def train_one(settings: SoftVQSettings, method: str, seed: int, tensors: tuple,
             raise ValueError("relative_temperature: the soft quantiser needs one")
         with torch.no_grad():
             first = model.encode(x_tr[first_order[: settings.batch_size].to(device)])
-            tau = relative_temperature * critical_temperature(_flat(first))
+            # trains MSE + beta L_q with q differentiated; T_c here is F's (2 lambda_max), not
+            # L_q's (4 lambda_max): a mismatch kept this round (issue 14)
+            tau = relative_temperature * critical_temperature(_flat(first), objective="free_energy")
             model.quantizer.layer.set_temperature(tau)
             model.quantizer.layer.init_prototypes_from(first, generator=gen)
     opt = torch.optim.Adam(model.parameters(), lr=settings.lr)
@@ -341,7 +343,8 @@ def train_one(settings: SoftVQSettings, method: str, seed: int, tensors: tuple,
     history = {name: [m[name] for m in log.metrics]
                for name in ("usage", "perplexity", "soft_perplexity", "test_mse")}
     final = _evaluate(model, x_te)
-    spread = critical_temperature(final["tokens"]) / tau if tau is not None else None
+    spread = (critical_temperature(final["tokens"], objective="free_energy") / tau
+              if tau is not None else None)  # F's T_c / tau (the trained L_q's is twice it)
     n_show = min(settings.n_show, len(x_te))
     recon = (final["reconstruction"][:n_show] + mean.to(device)).clamp(0, 1)
     return VQRun(method=method, seed=seed,
@@ -413,7 +416,8 @@ def encoder_gradients(images: torch.Tensor, *, num_codes: int = 64, latent_dim: 
         if name == "soft":
             with torch.no_grad():
                 tokens = model.encode(images)
-                quantizer.layer.set_temperature(0.1 * critical_temperature(_flat(tokens)))
+                quantizer.layer.set_temperature(  # F's T_c; below both thresholds anyway
+                    0.1 * critical_temperature(_flat(tokens), objective="free_energy"))
                 quantizer.layer.init_prototypes_from(tokens, generator=gen)
         out = model(images)
         loss = ((out.reconstruction - images) ** 2).mean()

@@ -114,7 +114,8 @@ def ddcl_critical_temperature(model: ReadoutClassifier, data: TokenSet) -> float
     z = ddcl_tokens(model, data)
     if z.shape[0] < 2:
         raise ValueError(f"data: expected at least two valid tokens, got {z.shape[0]}")
-    return critical_temperature(z)
+    # trained: cross-entropy + ddcl_lam L_q (q differentiated); this is F's T_c, not L_q's
+    return critical_temperature(z, objective="free_energy")
 
 
 def critical_ratio(model: ReadoutClassifier, data: TokenSet) -> float:

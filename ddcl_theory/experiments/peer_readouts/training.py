@@ -39,7 +39,7 @@ def _initial_model(kind: str, data: TokenSet, s: PeerSettings, n_classes: int,
             z = model.encoder(data.tokens)
             model.readout.layer.init_prototypes_from(z, data.mask, generator=gen)
     if kind == "ddcl" and s.ddcl_relative_temperature > 0:
-        t_c = ddcl_critical_temperature(model, data)
+        t_c = ddcl_critical_temperature(model, data)  # F's T_c; the trained L_q's is 2 T_c
         model.readout.layer.set_temperature(max(s.ddcl_relative_temperature * t_c, 1e-12))
     if s.bank_init == "near_equal":
         for bank in bank_parameters(model.readout):
