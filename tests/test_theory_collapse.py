@@ -92,3 +92,38 @@ def test_quantisation_loss_gradgradcheck_float64():
     p.requires_grad_(True)
     assert torch.autograd.gradcheck(lambda q: distortion(z, q, 1.3), (p,))
     assert torch.autograd.gradgradcheck(lambda q: distortion(z, q, 1.3), (p,))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_quantisation_grad_closed_form_equals_autograd_and_differs_from_f(seed):
+    from ddcl_theory.theory import free_energy as fe
+    gen = torch.Generator().manual_seed(seed)
+    z = 2 * torch.randn(20, 3, generator=gen, dtype=F64)
+    p = torch.randn(4, 3, generator=gen, dtype=F64).requires_grad_(True)
+    (g_auto,) = torch.autograd.grad(fe.distortion(z, p, 0.8), p)
+    g_closed = fe.quantisation_grad(z, p.detach(), 0.8)
+    assert torch.allclose(g_auto, g_closed, rtol=1e-10, atol=1e-10)
+    g_f, g_h = fe.free_energy_grad(z, p.detach(), 0.8), torch.autograd.grad(
+        fe.assignment_entropy(z, p, 0.8), p)[0]
+    assert torch.allclose(g_closed, g_f + 0.8 * g_h, rtol=1e-9, atol=1e-9)   # L_q = F + tau H
+    assert not torch.allclose(g_closed, g_f, atol=1e-3)
+    step = fe.gradient_step(z, p.detach(), 0.8, 0.01, objective="quantisation")
+    assert torch.allclose(step, p.detach() - 0.01 * g_closed)
+    with pytest.raises(ValueError, match="objective"):
+        fe.gradient_step(z, p.detach(), 0.8, 0.01, objective="l_q")
+
+
+def test_lq_descent_leaves_collapse_between_the_thresholds_f_descent_does_not():
+    from ddcl_theory.theory import free_energy as fe
+    z = _tokens(6, n=100, d=2)
+    lam = float(torch.linalg.eigvalsh(col.data_covariance(z))[-1])
+    pert = 1e-4 * torch.tensor([[1.0, 0.5], [-1.0, -0.5]], dtype=F64)
+    spreads = {}
+    for objective in ("free_energy", "quantisation"):
+        for ratio in (3.0, 4.4):          # tau / lambda_max: between the thresholds, above both
+            p = col.collapsed(z, 2) + pert
+            for _ in range(300):
+                p = fe.gradient_step(z, p, ratio * lam, 0.9 / 100, objective=objective)
+            spreads[objective, ratio] = float(col.spread(p)) / float(col.spread(pert))
+    assert spreads["free_energy", 3.0] < 1e-3 and spreads["free_energy", 4.4] < 1e-3
+    assert spreads["quantisation", 3.0] > 1e3 and spreads["quantisation", 4.4] < 1

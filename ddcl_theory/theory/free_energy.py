@@ -9,6 +9,7 @@ as in the book's statements:
 * distortion       L_q(P)   = sum_n sum_k q_nk d_nk
 * entropy          H(P)     = -sum_n sum_k q_nk log q_nk       (0 <= H <= N log K)
 * gradient         grad_{p_k} F = 2 sum_n q_nk (p_k - z_n) = 2 (N_k p_k - sum_n q_nk z_n)
+  (= grad L_q with q held fixed; with q differentiated grad L_q = grad F + tau grad H)
 * cluster mass     N_k = sum_n q_nk
 * annealing bound  G_tau(P) = F_tau(P) + N tau log K = -tau sum_n log mean_k exp(-d_nk / tau)
 
@@ -67,6 +68,21 @@ def free_energy_grad(z: Tensor, prototypes: Tensor, temperature: Temperature) ->
     return 2.0 * (q.sum(0).unsqueeze(-1) * p - q.T @ z.to(q.dtype))
 
 
+def quantisation_grad(z: Tensor, prototypes: Tensor, temperature: Temperature) -> Tensor:
+    """grad_P L_q with q *differentiated* (as autograd through the softmax), shape (K, d):
+    row k is 2 sum_n q_nk (1 - (d_nk - dbar_n) / tau) (p_k - z_n), dbar_n = sum_j q_nj d_nj.
+
+    It equals grad F + tau grad H (L_q = F + tau H), not grad F: descent of L_q is not descent
+    of F (their thresholds at collapse are 4 and 2 lambda_max, see :mod:`.collapse`).
+    """
+    logits = _scaled_logits(z, prototypes, temperature)
+    q = torch.softmax(logits, dim=-1)
+    tau = temperature.to(q.dtype) if isinstance(temperature, Tensor) else temperature
+    d = squared_distances(z, prototypes).to(q.dtype)
+    w = q * (1.0 - (d - (q * d).sum(-1, keepdim=True)) / tau)                   # (N, K)
+    return 2.0 * (w.sum(0).unsqueeze(-1) * prototypes.to(q.dtype) - w.T @ z.to(q.dtype))
+
+
 def annealing_lyapunov(z: Tensor, prototypes: Tensor, temperature: Temperature) -> Tensor:
     """G_tau(P) = F_tau(P) + N tau log K: non-increasing under cooling (see the module
     docstring)."""
@@ -92,11 +108,16 @@ def safe_step(n_tokens: int) -> float:
     return 1.0 / n_tokens
 
 
-def gradient_step(z: Tensor, prototypes: Tensor, temperature: Temperature, step: float) -> Tensor:
-    """One prototype gradient step P - step * grad F_tau(P), shape (K, d)."""
+def gradient_step(z: Tensor, prototypes: Tensor, temperature: Temperature, step: float,
+                  objective: str = "free_energy") -> Tensor:
+    """One prototype gradient step P - step * grad(P), shape (K, d): grad F_tau (default; also
+    L_q with q detached) or, with ``objective="quantisation"``, grad L_q with q differentiated."""
     if not step > 0:
         raise ValueError(f"step: expected a positive step size, got {step!r}")
-    grad = free_energy_grad(z, prototypes, temperature)
+    if objective not in ("free_energy", "quantisation"):
+        raise ValueError(f"objective: expected 'free_energy' or 'quantisation', got {objective!r}")
+    grads = {"free_energy": free_energy_grad, "quantisation": quantisation_grad}
+    grad = grads[objective](z, prototypes, temperature)
     return prototypes.to(grad.dtype) - step * grad
 
 
