@@ -15,8 +15,8 @@ Temperature. Squared distances scale with the tokens, and the tokens' scale is w
 encoder's initialisation gives, so a bare number for tau means nothing. The soft quantiser's tau
 is set once, at initialisation, as ``r * T_c`` with ``T_c = 2 lambda_max(Cov z)`` of the first
 batch's tokens: the critical temperature above which the collapsed bank (every prototype at the
-token mean) is a stable minimum of the free energy (chapter 03). The sweep runs several ``r``;
-tau then stays fixed while the encoder trains.
+token mean) is a stable minimum of the free energy (chapter ``free_energy``). The sweep runs
+several ``r``; tau then stays fixed while the encoder trains.
 
 Measured from the first batch on, per epoch: the fraction of codes that are the code (for the soft
 quantiser: the argmax of q) of at least one training token during the epoch ("usage"), the
