@@ -6,11 +6,15 @@ import numpy as np
 from ddcl_theory.ledger.decisions import free_energy as dec
 
 
-def test_d7_refuted_when_v_only_contracts_and_collapse_is_stable_above_tc():
-    v = dec.decide_d7([-1.0, 0.0], [1e-3, 1e-12], t_c=0.5, t_hessian=0.5)
-    assert v.word == "refuted" and "T_c = 0.5 (CIFAR patches)" in v.our_value
-    assert dec.decide_d7([-1.0, 1e-3], [1e-3, 1e-12], t_c=0.5, t_hessian=0.5).word == "qualified"
-    assert dec.decide_d7([-1.0], [1e-3, 1e-2], t_c=0.5, t_hessian=0.5).word == "qualified"
+def test_d7_refuted_when_v_only_contracts_and_collapse_is_stable_above_the_trained_threshold():
+    kw = dict(t_c=0.5, t_hessian=0.5, t_trained=1.0, t_hessian_trained=1.0)
+    v = dec.decide_d7([-1.0, 0.0], [1e-3, 1e-12], **kw)
+    assert v.word == "refuted"
+    assert "threshold of the trained L_q 4 lambda_max = 1 (CIFAR patches)" in v.our_value
+    assert "F's T_c = 0.5, sign change at 1.000000 T_c" in v.our_value
+    assert "not descent of the free energy F" in v.evidence
+    assert dec.decide_d7([-1.0, 1e-3], [1e-3, 1e-12], **kw).word == "qualified"
+    assert dec.decide_d7([-1.0], [1e-3, 1e-2], **kw).word == "qualified"
 
 
 HOT = np.array([[0.5, 0.0, 0.0, 0.0], [0.6, 1e-9, 1e-9, 1e-12]])

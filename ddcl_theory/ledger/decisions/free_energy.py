@@ -1,8 +1,9 @@
 """Claims of the free-energy chapter: :func:`decide_d7` and :func:`decide_d10`.
 
 Reads the numbers the chapter computed on CIFAR-10 patch tokens: the spread rates of the V part
-of the velocity on random banks, the spread of a bank started near collapse above T_c, the
-critical temperature and the Hessian's sign change (D7); the largest rise of F under cooling and
+of the velocity on random banks, the spread of a bank started near collapse above the threshold
+of the trained loss (L_q with q differentiated, 4 lambda_max), both critical temperatures and the
+Hessians' sign changes (D7); the largest rise of F under cooling and
 the separations after training above and below T_c (D10).
 """
 from __future__ import annotations
@@ -14,30 +15,47 @@ import numpy as np
 from ddcl_theory.ledger.verdict import Verdict, decided_by
 
 D7_RULE = ("refuted: the V part of the velocity never increases the spread (every rate "
-           "<= 1e-9) and a bank started near collapse above T_c contracts; qualified otherwise")
+           "<= 1e-9) and a bank started near collapse above the threshold of the trained loss "
+           "(4 lambda_max for L_q with q differentiated) contracts under descent of that loss; "
+           "qualified otherwise")
 D10_RULE = ("refuted: F rises under some cooling schedule, or training above T_c ends fully "
             "collapsed (every separation < 1e-6 on every start); confirmed otherwise")
 
 
-def decide_d7(rates_v: Sequence[float], spread_above_tc: Sequence[float], *, t_c: float,
-              t_hessian: float) -> Verdict:
-    """D7 (V keeps prototypes apart) from the V-part spread rates on random banks and the spread
-    along a flow at 1.1 T_c started near collapse (first and last entries are read)."""
+def decide_d7(rates_v: Sequence[float], spread_above_threshold: Sequence[float], *,
+              t_c: float, t_hessian: float, t_trained: float,
+              t_hessian_trained: float) -> Verdict:
+    """D7 (V keeps prototypes apart) for the loss the layer trains, L_q with q differentiated.
+
+    ``rates_v``: the V-part spread rates on random banks; ``spread_above_threshold``: the spread
+    along descent of L_q (q differentiated) at 1.1 x its threshold 4 lambda_max, started near
+    collapse (first and last entries are read). ``t_c``, ``t_hessian``: F's T_c = 2 lambda_max
+    and the autograd sign change of F's Hessian; ``t_trained``, ``t_hessian_trained``: the same
+    for L_q.
+    """
     attractive = max(rates_v) <= 1e-9
-    contracts = spread_above_tc[-1] < spread_above_tc[0]
+    contracts = spread_above_threshold[-1] < spread_above_threshold[0]
     return Verdict(
         "D7", decided_by("refuted", attractive and contracts, "qualified"),
-        "On descent of L_q (= descent of the free energy F) the V part of the velocity, "
-        "-2 Sigma_q P, is a consensus flow: it keeps the prototype mean and never increases the "
-        "spread (all 200 random banks). At collapse it contracts zero-sum perturbations at rate "
-        "2N/K. It is not repulsive. Collapse is a critical point at every tau: a strict local "
-        "minimum for tau > T_c = 2 lambda_max(C) (autograd Hessian, flows that stay collapsed, "
-        "k-means++ starts that collapse) and a saddle only for tau < T_c, where the data-fit "
-        "part -(4N/(K tau)) C splits it. The claim holds only below T_c and with V's role "
-        "reversed.",
-        our_value=f"T_c = {t_c:.4g} (CIFAR patches), autograd Hessian sign change at "
-                  f"{t_hessian / t_c:.6f} T_c; V-part spread rate <= 0 on 200/200 banks",
-        numbers={"t_c": t_c, "t_hessian": t_hessian, "max_rate_v": float(max(rates_v))},
+        "The layer trains L_q with q differentiated, L_q = F + tau H; descent of L_q is not "
+        "descent of the free energy F. The V part of the velocity, -2 Sigma_q P (the q-fixed "
+        "gradient of V, the claim's force), is a consensus flow: it keeps the prototype mean "
+        "and never increases the spread (all 200 random banks). V >= 0 vanishes at collapse, "
+        "so collapse is V's global minimum whether q is differentiated or not; its Hessian "
+        "there is (2N/K) I on zero-sum directions. It is not repulsive. Collapse is a critical "
+        "point of both losses at every tau. For the trained L_q it is a strict local minimum "
+        "for tau > 4 lambda_max(C) = 2 T_c and a saddle only below (zero-sum Hessian "
+        "(2N/K)(I - 4C/tau): SymPy for any K, autograd; descent of L_q next to collapse stays "
+        "at 2.2 T_c and splits at 1.1 T_c). For F (q detached) the threshold is T_c = "
+        "2 lambda_max(C). Below the threshold the data-fit part, through the assignments, "
+        "splits collapse, not V. The claim holds only below the trained loss's threshold and "
+        "with V's role reversed.",
+        our_value=f"threshold of the trained L_q 4 lambda_max = {t_trained:.4g} (CIFAR patches), "
+                  f"autograd Hessian sign change at {t_hessian_trained / t_trained:.6f} of it; "
+                  f"F's T_c = {t_c:.4g}, sign change at {t_hessian / t_c:.6f} T_c; V-part "
+                  f"spread rate <= 0 on 200/200 banks",
+        numbers={"t_c": t_c, "t_hessian": t_hessian, "t_trained": t_trained,
+                 "t_hessian_trained": t_hessian_trained, "max_rate_v": float(max(rates_v))},
         rule=D7_RULE)
 
 
