@@ -5,7 +5,7 @@ NBVAL := -p ddcl_theory.ledger.nbval_numeric --nbval --nbval-sanitize-with tests
 JOBS ?= auto
 PARALLEL := -n $(JOBS) --dist loadgroup --durations=25
 
-.PHONY: setup data book book-strict test unit goldens paper reference smoke check-goldens check-render check-results clean
+.PHONY: setup data book book-strict test unit goldens paper reference smoke check-goldens check-render check-results check-reference clean
 
 setup:
 	@bash scripts/setup.sh
@@ -52,6 +52,11 @@ paper: data
 ## `make paper`; FORCE=1 reruns from scratch.
 reference: data
 	DDCL_PROFILE=reference $(VENV)/python -m ddcl_theory.ledger.goldens write $(if $(FORCE),--force) $(NAMES)
+
+## The committed reference results against the code: fails on a stale one (its experiment's
+## source changed since it was computed) or one without provenance.
+check-reference: setup
+	$(VENV)/python -m ddcl_theory.ledger.reference check
 
 ## The paper profile's smoke test: every experiment at paper sizes, a handful of steps, on CPU
 ## (one thread: the budgets are tiny, and threads only contend on a shared host).

@@ -199,3 +199,37 @@ def test_committed_claims_json_matches_the_verdict_files():
     assert on_disk == claims.build_ledger(ROOT / "results" / "verdicts")
     for row in on_disk:
         assert {"id", "verdict", "evidence", "paper_value", "our_value"} <= set(row)
+
+
+def test_the_empirical_claims_of_issue_14_have_rules():
+    assert set(claims.RULES) == {"D9", "D11", "D13", "D14", "D15", "D17", "L6", "L7", "L8",
+                                 "L9", "L10", "X2"}
+    assert claims.rule_of("D3") is None and claims.rule_of("D9") is claims.RULES["D9"]
+    assert claims.EMPIRICAL_FIELDS == ("rule", "n_seeds", "interval", "scale", "trend")
+
+
+def test_a_rule_combines_its_tests_by_rule_4():
+    rule = claims.RULES["D9"]
+    assert rule.combine(["reproduced", "reproduced"]) == "reproduced"
+    assert rule.combine(["reproduced", "not reproduced"]) == "not reproduced"
+    assert rule.combine(["inconclusive", "reproduced"]) == "inconclusive"
+    with pytest.raises(ValueError, match="words"):
+        rule.combine(["reproduced"])
+    with pytest.raises(ValueError, match="words"):
+        rule.combine(["maybe", "reproduced"])
+
+
+def test_rules_and_tests_check_their_fields():
+    test = claims.Test("acc difference", ">")
+    with pytest.raises(ValueError, match="side"):
+        claims.Test("x", ">=")
+    with pytest.raises(ValueError, match="method"):
+        claims.Test("x", ">", method="z test")
+    with pytest.raises(ValueError, match="design"):
+        claims.Test("x", ">", design="crossed")
+    with pytest.raises(ValueError, match="n_seeds"):
+        claims.Rule((test,), n_seeds=3, scales="steps")
+    with pytest.raises(ValueError, match="tests"):
+        claims.Rule((), n_seeds=5, scales="steps")
+    early = claims.Rule((test,), n_seeds=5, scales="epochs", early=True)
+    assert "plateau" not in early.text and "plateau" in claims.RULES["D9"].text

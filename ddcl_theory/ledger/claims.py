@@ -3,8 +3,11 @@
 A chapter notebook settles claims through :class:`Chapter`; each settlement is computed by code
 in that notebook and written to ``results/verdicts/<chapter>.json``. :func:`build_ledger` merges
 those files with the registry below (anything not settled stays ``untested``) and
-:func:`write_claims_json` writes ``results/claims.json``. When a paper-profile rerun has left its
-verdicts in ``results/paper/verdicts``, the cpu-profile ledger shows them beside its own.
+:func:`write_claims_json` writes ``results/claims.json``. The committed reference-profile verdicts
+(``results/reference/verdicts``, ``make reference``) and a local paper-profile rerun's
+(``results/paper/verdicts``) are shown beside the cpu ones, and a claim's verdict is taken from
+the largest scale that settled it. Each empirical claim's verdict rule, fixed before the run, is
+data here (:data:`RULES`).
 """
 from __future__ import annotations
 
@@ -130,7 +133,7 @@ CLAIMS: tuple[Claim, ...] = (
           "character-level GPT",
           short="Language modelling improves with Laplacian heads"),
     Claim("L10", "Self-supervised (DINO): better linear probe and ADE20K segmentation.",
-          LAPLACIAN, "untested unless a small stand-in is justified",
+          LAPLACIAN, "proxy: DINO-style self-distilled small ViT, 1x1 probe on a dense proxy",
           "ADE20K 32.27 vs 29.81 mIoU",
           short="DINO: better linear probe and segmentation"),
     Claim("L11", "Causal attention: I - P is still a Laplacian (of a directed graph).",
@@ -145,6 +148,200 @@ CLAIMS: tuple[Claim, ...] = (
 )
 
 _BY_ID = {c.id: c for c in CLAIMS}
+
+
+@dataclass(frozen=True)
+class Test:
+    """One interval test of a rule: the deciding statistic, its claimed side and margin.
+
+    Attributes:
+        statistic: what is computed per seed (pair), e.g. "test accuracy, DDCL - mean pooling".
+        side: ``">"`` or ``"<"``: the claim puts the statistic above (below) ``margin``.
+        margin: the claimed margin (the paper's effect, or 0).
+        design: ``"paired"`` (both arms share the seed: data subset, order, initialisation) or
+            ``"one-sample"``.
+        method: the 95% interval: ``"paired t"``, ``"one-sample t"`` or ``"bootstrap"``
+            (:mod:`ddcl_theory.ledger.stats`).
+    """
+
+    statistic: str
+    side: str
+    margin: float = 0.0
+    design: str = "paired"
+    method: str = "paired t"
+
+    def __post_init__(self) -> None:
+        from ddcl_theory.ledger.stats import METHODS, SIDES
+        if self.side not in SIDES:
+            raise ValueError(f"side: expected one of {SIDES}, got {self.side!r}")
+        if self.method not in METHODS:
+            raise ValueError(f"method: expected one of {METHODS}, got {self.method!r}")
+        if self.design not in ("paired", "one-sample"):
+            raise ValueError(f"design: expected 'paired' or 'one-sample', got {self.design!r}")
+
+    @property
+    def text(self) -> str:
+        return (f"{self.statistic} {self.side} {self.margin:g} "
+                f"({self.design}, 95% {self.method} interval)")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """The verdict rule of an empirical claim, stated before the run (evidence.md rule 1).
+
+    Each :class:`Test` is decided by :func:`ddcl_theory.ledger.stats.decide` on its interval;
+    the claim is ``reproduced`` when every test is, ``not reproduced`` when some test is, and
+    ``inconclusive`` otherwise (:meth:`combine`). ``requires`` are conditions that must hold
+    first (else the words named there); ``scales`` names the axis of the scale trend; a claim
+    about early training (``early=True``) is exempt from the convergence rule.
+    """
+
+    tests: tuple[Test, ...]
+    n_seeds: int
+    scales: str
+    requires: str = ""
+    note: str = ""
+    early: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.tests:
+            raise ValueError("tests: a rule needs at least one interval test")
+        if not isinstance(self.n_seeds, int) or self.n_seeds < 5:
+            raise ValueError(f"n_seeds: evidence.md asks for at least 5 seeds, got "
+                             f"{self.n_seeds!r}")
+
+    def combine(self, words: list[str]) -> str:
+        """The claim's word from its tests' words (one per test, in order)."""
+        if len(words) != len(self.tests):
+            raise ValueError(f"words: expected {len(self.tests)} words, got {len(words)}")
+        allowed = ("reproduced", "not reproduced", "inconclusive")
+        if any(w not in allowed for w in words):
+            raise ValueError(f"words: expected words among {allowed}, got {words}")
+        if all(w == "reproduced" for w in words):
+            return "reproduced"
+        if any(w == "not reproduced" for w in words):
+            return "not reproduced"
+        return "inconclusive"
+
+    @property
+    def text(self) -> str:
+        """The rule in one paragraph (the ``rule`` field of ``results/claims.json``)."""
+        tests = "; ".join(f"({i}) {t.text}" for i, t in enumerate(self.tests, 1))
+        parts = [f"{self.n_seeds} seeds. Tests: {tests}.",
+                 "reproduced when every interval lies on the claimed side of its margin, not "
+                 "reproduced when one excludes the claimed effect, inconclusive otherwise"
+                 + ("" if self.early else "; inconclusive too when a deciding run did not "
+                    "reach its plateau") + ".",
+                 f"Scale trend over {self.scales}; verdict at the largest scale that ran."]
+        if self.requires:
+            parts.insert(1, f"Requires: {self.requires}.")
+        if self.note:
+            parts.append(self.note)
+        return " ".join(parts)
+
+
+#: The verdict rules of the empirical claims, fixed before the reference runs (issue 14; the
+#: evidence standard docs/evidence.md). Seeds: 10 where a run takes seconds, else at least 5.
+RULES: dict[str, Rule] = {
+    "D9": Rule((
+        Test("log(S_end / S_start) of the prototype separation at eps = 0.1 (Adam)", ">",
+             design="one-sample", method="one-sample t"),
+        Test("log S_end(eps = 1) - log S_end(eps = 0.1), same seed (Adam)", "<",
+             margin=-2.302585, method="paired t"),
+    ), n_seeds=10, scales="training steps (three run lengths)",
+        note="Margin log(0.1): a collapse is a tenfold loss of separation against the "
+             "stable run; the eps = 0.5 and SGD sweeps are shown beside."),
+    "D11": Rule((
+        Test("codebook usage (fraction of codes used on test tokens) of the soft quantiser "
+             "after epoch 1", ">", margin=0.95, design="one-sample", method="one-sample t"),
+        Test("codebook usage after epoch 1, soft - VectorQuantize (expiry able to fire in the "
+             "run)", ">", method="paired t"),
+    ), n_seeds=5, scales="training epochs and data size", early=True,
+        requires="the soft quantiser reconstructs (test MSE below the mean predictor's) and "
+                 "trains without a straight-through estimator, else not reproduced"),
+    "D13": Rule((
+        Test("clustering accuracy, DDCL head - k-means with DDCL's number of starts (same "
+             "data draw)", ">", method="paired t"),
+    ), n_seeds=10, scales="training epochs and number of objects",
+        requires="V >= 0 at every epoch of every run, else not reproduced",
+        note="k-means with 10 restarts and a Gaussian mixture are shown beside; the paper's "
+             "0.772 vs 0.756 is the scale of effect compared."),
+    "D14": Rule((
+        Test("test accuracy, DDCL readout - mean-pooling probe (C by cross-validation), "
+             "per data set (SST-2, IMDB, 20 Newsgroups)", ">", method="paired t"),
+        Test("test accuracy, DDCL readout - [CLS] probe (C by cross-validation), per data set",
+             ">", method="paired t"),
+    ), n_seeds=10, scales="training examples and readout steps",
+        note="Each data set is one test per comparison; k-means on [CLS] is shown beside."),
+    "D15": Rule((
+        Test("test accuracy - chance, DDCL layer as readout", ">", margin=0.05,
+             design="one-sample", method="one-sample t"),
+        Test("test accuracy - chance, DDCL layer as a block between encoder layers", ">",
+             margin=0.05, design="one-sample", method="one-sample t"),
+    ), n_seeds=5, scales="training epochs and images",
+        requires="every loss finite and V >= 0 at every step, else not reproduced",
+        note="Trainability only: the mean-pool readout of the same encoder is shown beside."),
+    "D17": Rule((
+        Test("normalised usage perplexity of the readout's slots/prototypes, DDCL - Slot "
+             "Attention (same seed and tokens)", ">", method="paired t"),
+        Test("normalised usage perplexity, DDCL - Perceiver", ">", method="paired t"),
+    ), n_seeds=5, scales="training steps and sequence length",
+        requires="DDCL trains its quantisation loss at tau below that loss's own critical "
+                 "temperature; a DDCL run that collapses there refutes the claim",
+        note="Slot Attention's iterative updates and FLOPs against DDCL's are counted beside."),
+    "L6": Rule((
+        Test("test accuracy, all heads Laplacian - none", ">", method="paired t"),
+        Test("per-seed least-squares slope of test accuracy against the number of Laplacian "
+             "heads", ">", design="one-sample", method="one-sample t"),
+    ), n_seeds=5, scales="training epochs and images",
+        note="The paper's +0.87 (ImageNet) and +1.92 (CIFAR-100) points are the scale of "
+             "effect compared."),
+    "L7": Rule((
+        Test("within-sequence variance share, all heads Laplacian - none", "<",
+             method="paired t"),
+        Test("between-class variance share, all heads Laplacian - none", ">",
+             method="paired t"),
+        Test("NC1 (within-class / between-class), all heads Laplacian - none", "<",
+             method="paired t"),
+    ), n_seeds=5, scales="training epochs (toward the terminal phase)"),
+    "L8": Rule((
+        Test("relative change of the participation ratio of the token representations, all "
+             "heads Laplacian vs none", "<", method="paired t"),
+    ), n_seeds=5, scales="training epochs and model width",
+        note="k99 is shown at widths where it can resolve a 21% change (>= 128 dimensions); "
+             "the paper's -21% in k99 is the scale of effect compared."),
+    "L9": Rule((
+        Test("validation loss (nats/char) at the end, 5 Laplacian heads - none", "<",
+             method="paired t"),
+        Test("CDNV of same-next-token representations at matched validation loss, 5 Laplacian "
+             "heads - none", "<", method="paired t"),
+    ), n_seeds=5, scales="training steps",
+        note="The paper's downstream average is replaced by the validation loss (no downstream "
+             "suite at this scale)."),
+    "L10": Rule((
+        Test("linear-probe accuracy, DINO student with Laplacian heads - without", ">",
+             method="paired t"),
+        Test("segmentation mIoU of a linear head, with Laplacian heads - without", ">",
+             method="paired t"),
+    ), n_seeds=5, scales="pre-training steps and images",
+        note="A small stand-in for DINO and ADE20K, justified on its page."),
+    "X2": Rule((
+        Test("test accuracy of the DDCL readout, encoder with Laplacian heads - without", ">",
+             method="paired t"),
+    ), n_seeds=5, scales="training epochs and images",
+        requires="the premise: Laplacian heads lower the encoder's within-sequence variance "
+                 "share (paired interval below 0); else the question is not asked and the "
+                 "page says why"),
+}
+
+
+def rule_of(claim_id: str) -> Rule | None:
+    """The registered :class:`Rule` of an empirical claim; None for the others."""
+    return RULES.get(get(claim_id).id)
+
+
+#: The fields every empirical claim carries in ``results/claims.json``.
+EMPIRICAL_FIELDS = ("rule", "n_seeds", "interval", "scale", "trend")
 
 
 def get(claim_id: str) -> Claim:
@@ -204,7 +401,8 @@ class Chapter:
         s = Settlement(claim_id, verdict, evidence.strip(), our_value,
                        paper_value if paper_value is not None else claim.paper_value,
                        self.name, self.page,
-                       tolerance.to_dict() if tolerance is not None and tolerance.declared else None)
+                       tolerance.to_dict() if tolerance is not None and tolerance.declared
+                       else None)
         self.settled.append(s)
         return s
 
@@ -217,7 +415,8 @@ class Chapter:
                         our_value=verdict.our_value, paper_value=verdict.paper_value,
                         tolerance=verdict.tolerance)
         extra = {k: v for k, v in (("rule", verdict.rule), ("n_seeds", verdict.n_seeds),
-                                   ("interval", list(verdict.interval) if verdict.interval else None),
+                                   ("interval",
+                                    list(verdict.interval) if verdict.interval else None),
                                    ("scale", verdict.scale), ("trend", verdict.trend))
                  if v is not None}
         s.decision = extra or None
@@ -266,37 +465,81 @@ def _settlements(directory: Path) -> dict[str, dict]:
     return settled
 
 
+#: ``DDCL_LEDGER_REFERENCE=0`` hides the reference-profile verdicts (``results/reference``).
+REFERENCE_LEDGER_ENV = "DDCL_LEDGER_REFERENCE"
+#: The profiles in order of scale: a claim's verdict comes from the largest that settled it.
+SCALES = ("cpu", "reference", "paper")
+#: The row key holding the verdict of each larger-scale profile.
+PROFILE_KEYS = {"reference": "reference_profile", "paper": "paper_profile"}
+_AT_SCALE_FIELDS = ("verdict", "evidence", "our_value", "chapter", "page", "tolerance",
+                    "decision")
+
+
+def _switched_off(env: str) -> bool:
+    return os.environ.get(env, "").strip().lower() in ("0", "false", "no")
+
+
 def paper_verdicts_dir() -> Path | None:
     """``<results>/paper/verdicts`` when the cpu profile is active, it holds verdict files and
     ``DDCL_LEDGER_PAPER`` is not ``0``; None otherwise."""
-    if profile.current().is_paper:
-        return None
-    if os.environ.get(PAPER_LEDGER_ENV, "").strip().lower() in ("0", "false", "no"):
+    if profile.current().name != "cpu" or _switched_off(PAPER_LEDGER_ENV):
         return None
     folder = results_dir() / "paper" / "verdicts"
     return folder if folder.is_dir() and any(folder.glob("*.json")) else None
 
 
-def build_ledger(directory: Path | None = None, paper_directory: Path | None = None
-                 ) -> list[dict]:
+def reference_verdicts_dir(directory: Path | None = None) -> Path | None:
+    """The reference profile's verdicts beside the cpu ones: ``<directory>/../reference/
+    verdicts`` (default ``results/reference/verdicts``) when the cpu profile is active, it
+    holds verdict files and ``DDCL_LEDGER_REFERENCE`` is not ``0``; None otherwise."""
+    if profile.current().name != "cpu" or _switched_off(REFERENCE_LEDGER_ENV):
+        return None
+    base = Path(directory).parent if directory is not None else results_dir()
+    folder = base / "reference" / "verdicts"
+    return folder if folder.is_dir() and any(folder.glob("*.json")) else None
+
+
+def _empirical_fields(claim_id: str, decision: dict | None) -> dict:
+    """The :data:`EMPIRICAL_FIELDS` of an empirical claim: the registered rule's text, and the
+    n_seeds, interval, scale and trend the deciding run recorded (None where it recorded none);
+    ``recorded_rule``: the rule that run was decided by, when it is not the registered one."""
+    decision = decision or {}
+    rule = rule_of(claim_id)
+    fields = {"rule": rule.text, **{k: decision.get(k) for k in EMPIRICAL_FIELDS[1:]}}
+    if decision.get("rule") and decision["rule"] != rule.text:
+        fields["recorded_rule"] = decision["rule"]
+    return fields
+
+
+def build_ledger(directory: Path | None = None, paper_directory: Path | None = None,
+                 reference_directory: Path | None = None) -> list[dict]:
     """Every registered claim, merged with the settlements in ``<results>/verdicts/*.json``.
 
-    With paper-profile verdicts (``paper_directory``; by default :func:`paper_verdicts_dir`
-    when ``directory`` is not given) every row also carries ``"paper_profile"``: the verdict,
-    evidence, our value, chapter, page and tolerance of the paper-profile rerun, or None for a
-    claim that rerun did not settle. Without them the rows are exactly as before (no such key).
+    Larger-scale verdicts: ``reference_directory`` (default :func:`reference_verdicts_dir`
+    beside ``directory``) and ``paper_directory`` (default :func:`paper_verdicts_dir` when
+    ``directory`` is not given). With either, every row carries ``"reference_profile"`` /
+    ``"paper_profile"`` (verdict, evidence, our value, chapter, page, tolerance and decision of
+    that run, or None for a claim it did not settle), its ``"verdict"`` is taken from the
+    largest scale (:data:`SCALES`) that settled it, named in ``"verdict_from"``, and the cpu
+    word is kept in ``"cpu_verdict"``. Without them the rows are exactly the cpu ones.
+    Empirical claims (:data:`RULES`) also carry :data:`EMPIRICAL_FIELDS` from the run the
+    verdict came from.
 
     Raises ``ValueError`` when two chapters settle the same claim or a file names an unknown id.
     """
     if directory is None and paper_directory is None:
         paper_directory = paper_verdicts_dir()
+    if reference_directory is None:
+        reference_directory = reference_verdicts_dir(directory)
     directory = directory or results_dir() / "verdicts"
     settled = _settlements(directory)
-    at_scale = _settlements(paper_directory) if paper_directory is not None else None
+    larger = {name: _settlements(folder) for name, folder in
+              (("reference", reference_directory), ("paper", paper_directory))
+              if folder is not None}
     ledger = []
     for c in CLAIMS:
         row = settled.get(c.id)
-        ledger.append({
+        entry = {
             "id": c.id,
             "statement": c.statement,
             "source": c.source,
@@ -308,18 +551,31 @@ def build_ledger(directory: Path | None = None, paper_directory: Path | None = N
             "chapter": row["chapter"] if row else None,
             "page": row["page"] if row else None,
             "tolerance": row.get("tolerance") if row else None,
-        })
-        if at_scale is not None:
-            big = at_scale.get(c.id)
-            ledger[-1]["paper_profile"] = None if big is None else {
-                k: big.get(k) for k in ("verdict", "evidence", "our_value", "chapter", "page",
-                                        "tolerance")}
+        }
+        decision = row.get("decision") if row else None
+        if larger:
+            entry["cpu_verdict"], entry["verdict_from"] = entry["verdict"], "cpu"
+            for name, rows in larger.items():
+                big = rows.get(c.id)
+                entry[PROFILE_KEYS[name]] = None if big is None else {
+                    k: big.get(k) for k in _AT_SCALE_FIELDS}
+                if big is not None:
+                    entry["verdict"], entry["verdict_from"] = big["verdict"], name
+                    decision = big.get("decision")
+        if c.id in RULES:
+            entry.update(_empirical_fields(c.id, decision))
+        ledger.append(entry)
     return ledger
 
 
 def has_paper_profile(ledger: list[dict]) -> bool:
     """The ledger carries paper-profile verdicts (see :func:`build_ledger`)."""
     return any("paper_profile" in row for row in ledger)
+
+
+def has_reference_profile(ledger: list[dict]) -> bool:
+    """The ledger carries reference-profile verdicts (see :func:`build_ledger`)."""
+    return any("reference_profile" in row for row in ledger)
 
 
 def write_claims_json(ledger: list[dict], path: Path | None = None) -> Path:
@@ -380,42 +636,77 @@ def ledger_markdown(ledger: list[dict]) -> str:
     the class ``ddcl-ledger`` and the label :data:`LEDGER_TABLE_LABEL`; a missing value is an
     empty cell (the stylesheet marks it). The nitpicky book build checks every link.
 
-    With paper-profile verdicts in the ledger (:func:`has_paper_profile`) a last column, "ours
-    at paper scale", shows the paper-profile rerun's verdict badge and value; without them the
-    table is exactly the five columns above.
+    With larger-scale verdicts in the ledger (:func:`has_reference_profile`,
+    :func:`has_paper_profile`) the verdict column shows the largest scale's word and names that
+    scale, "ours (cpu)" shows the cpu word beside the cpu value, and a column per larger scale
+    ("reference", "ours at paper scale") shows its word and value; without them the table is
+    exactly the five columns above.
     """
-    at_scale = has_paper_profile(ledger)
+    scales = [name for name in SCALES[1:] if any(PROFILE_KEYS[name] in row for row in ledger)]
+    titles = {"reference": "reference", "paper": "ours at paper scale"}
     lines = ["::::{list-table}", ":header-rows: 1", ":class: ddcl-ledger",
              f":name: {LEDGER_TABLE_LABEL}", "",
-             "* - id", "  - claim", "  - verdict", "  - paper", "  - ours"]
-    if at_scale:
-        lines.append("  - ours at paper scale")
+             "* - id", "  - claim", "  - verdict", "  - paper",
+             "  - ours (cpu)" if scales else "  - ours"]
+    lines += [f"  - {titles[name]}" for name in scales]
     for row in ledger:
+        verdict = _verdict_badge(row["verdict"])
+        ours = _value(row["our_value"], empty="")
+        if scales and row.get("verdict_from", "cpu") != "cpu":
+            verdict += f" ({row['verdict_from']})"
+            ours = f"{_verdict_badge(row['cpu_verdict'])} {ours}"
         lines += [f"* - {{ref}}`{row['id']} <{ledger_anchor(row['id'])}>`",
                   f"  - {_short(row)}",
-                  f"  - {_verdict_badge(row['verdict'])}",
+                  f"  - {verdict}",
                   f"  - {_value(row['paper_value'], empty='')}".rstrip(),
-                  f"  - {_value(row['our_value'], empty='')}".rstrip()]
-        if at_scale:
-            lines.append(f"  - {_paper_profile_cell(row.get('paper_profile'))}".rstrip())
+                  f"  - {ours}".rstrip()]
+        lines += [f"  - {_at_scale_cell(row.get(PROFILE_KEYS[name]))}".rstrip()
+                  for name in scales]
     lines.append("::::")
     return "\n".join(lines)
 
 
-def _paper_profile_cell(big: dict | None) -> str:
-    """A paper-profile verdict badge and its value for the table (empty when not settled)."""
+def _at_scale_cell(big: dict | None) -> str:
+    """A larger-scale verdict badge and its value for the table (empty when not settled)."""
     if not big:
         return ""
     value = _value(big.get("our_value"), empty="")
     return f"{_verdict_badge(big['verdict'])} {value}".rstrip()
 
 
+def _number(x) -> str:
+    return f"{x:.3g}" if isinstance(x, (int, float)) and not isinstance(x, bool) else str(x)
+
+
+def _decided_on(row: dict) -> str:
+    """``seeds · interval · scale · trend`` the verdict was decided on ("–" where the run
+    recorded none), the seeds beside those the rule asks for."""
+    interval = row.get("interval")
+    trend = row.get("trend")
+    asked = rule_of(row["id"]).n_seeds
+    parts = [
+        f"**Decided on:** {row['n_seeds'] if row.get('n_seeds') is not None else '–'} "
+        f"seed(s) (the rule asks {asked})",
+        "**Interval:** " + (f"[{_number(interval[0])}, {_number(interval[1])}]"
+                            if interval else "–"),
+        f"**Scale:** {_value(row.get('scale'))}",
+        "**Trend:** " + (markdown_text(", ".join(f"{k}: {_number(v)}" for k, v in trend.items()))
+                         if isinstance(trend, dict) and trend else "–"),
+    ]
+    return " · ".join(parts)
+
+
+_SCALE_TITLES = {"reference": "At reference scale", "paper": "At paper scale"}
+
+
 def ledger_entries_markdown(ledger: list[dict]) -> str:
     """One evidence entry per claim, each under its own label (:func:`ledger_anchor`).
 
     An entry holds the full statement and its source, the evidence, the paper's value beside
-    ours, and a ``{doc}`` link to the chapter page that settled the claim (or the method still
-    to be used, for an ``untested`` claim that no chapter settled).
+    ours, for an empirical claim its rule (fixed before the run) and the seeds, interval, scale
+    and trend it was decided on, the larger-scale verdicts when there are any, and a ``{doc}``
+    link to the chapter page that settled the claim (or the method still to be used, for an
+    ``untested`` claim that no chapter settled).
     """
     blocks = []
     for row in ledger:
@@ -425,12 +716,22 @@ def ledger_entries_markdown(ledger: list[dict]) -> str:
         else:
             settled = f"{method} Not settled by any chapter yet."
         at_scale = []
-        if "paper_profile" in row:
-            big = row["paper_profile"]
-            at_scale = ([f"**At paper scale:** {_verdict_badge(big['verdict'])} · **Ours:** "
-                         f"{_value(big.get('our_value'))} · **Evidence:** "
-                         f"{_value(big.get('evidence'))}", ""] if big else
-                        ["**At paper scale:** not settled by the paper-profile rerun.", ""])
+        for name in SCALES[1:]:
+            if PROFILE_KEYS[name] not in row:
+                continue
+            big = row[PROFILE_KEYS[name]]
+            title = _SCALE_TITLES[name]
+            at_scale += ([f"**{title}:** {_verdict_badge(big['verdict'])} · **Ours:** "
+                          f"{_value(big.get('our_value'))} · **Evidence:** "
+                          f"{_value(big.get('evidence'))}", ""] if big else
+                         [f"**{title}:** not settled by the {name}-profile run.", ""])
+        if at_scale and row.get("verdict_from", "cpu") != "cpu":
+            at_scale += [f"**Verdict taken from:** the {row['verdict_from']} run (the largest "
+                         f"scale that ran); cpu: {_verdict_badge(row['cpu_verdict'])}.", ""]
+        rule = []
+        if "rule" in row:
+            rule = [f"**Rule (fixed before the run).** {markdown_text(row['rule'])}", "",
+                    _decided_on(row), ""]
         blocks.append("\n".join([
             f"({ledger_anchor(row['id'])})=",
             ":::{container} ddcl-ledger-entry",
@@ -442,6 +743,7 @@ def ledger_entries_markdown(ledger: list[dict]) -> str:
             "",
             f"**Paper:** {_value(row['paper_value'])} · **Ours:** {_value(row['our_value'])}",
             "",
+            *rule,
             *at_scale,
             f"{settled} {{ref}}`Back to the table <{LEDGER_TABLE_LABEL}>`",
             ":::",

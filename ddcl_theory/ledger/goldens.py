@@ -18,7 +18,10 @@ sha256); a chapter whose notebook and provenance are already there with the same
 (code, chapter source, profile, device, versions) is skipped unless ``--force``, so an
 interrupted ``make paper`` resumes at the next unfinished chapter (and inside a chapter, at the
 next unfinished unit of its experiments: ``runtime.rundir.RunDir``). ``--force`` reruns the
-chapters and ignores the experiments' checkpoints too (``DDCL_RESUME=0``).
+chapters and ignores the experiments' checkpoints too (``DDCL_RESUME=0``). Under the reference
+profile the chapter's provenance, with a digest of the code it ran, is also written to
+``results/reference/provenance/<chapter>.json`` (:mod:`ddcl_theory.ledger.reference`), to be
+committed with the reference verdicts.
 """
 from __future__ import annotations
 
@@ -34,6 +37,7 @@ import jupytext
 import nbformat
 from nbclient import NotebookClient
 
+from ddcl_theory.ledger import reference
 from ddcl_theory.ledger.tolerance import compare_text, parse_declaration
 from ddcl_theory.runtime import profile
 from ddcl_theory.runtime.io import atomic_write_text, read_json, write_json
@@ -110,14 +114,15 @@ def _sha256(data: bytes) -> str:
 
 
 def _inputs_hash(source: Path) -> str | None:
-    """sha256 of what a chapter reads besides code: the verdict files, for the ledger chapter
+    """sha256 of what a chapter reads besides code: the verdict files (and the reference ones
+    beside them), for the ledger chapter
     (a chapter whose source calls ``build_ledger``); None for the others."""
     if "build_ledger" not in source.read_text(encoding="utf-8"):
         return None
-    folder = results_dir() / "verdicts"
     h = hashlib.sha256()
-    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-        h.update(path.name.encode("utf-8") + b"\0" + path.read_bytes() + b"\0")
+    for folder in (results_dir() / "verdicts", results_dir() / "reference" / "verdicts"):
+        for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+            h.update(path.name.encode("utf-8") + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()
 
 
@@ -252,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
                 record["completed_utc"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
                 record["seconds"] = round(seconds, 1)
                 write_json(provenance_path(source, out), record)
+                if profile.current().is_reference:     # committed beside its verdicts
+                    reference.write_provenance(source, record, seconds)
             print(f"  wrote {(out / golden_path(source).name) if out else golden_path(source).name}"
                   f" in {seconds:.0f} s", flush=True)
         return 0

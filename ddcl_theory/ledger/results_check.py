@@ -7,7 +7,9 @@ settled with (tight unless the chapter declared one; see :mod:`ddcl_theory.ledge
     python -m ddcl_theory.ledger.results_check            # results/ against git HEAD
     python -m ddcl_theory.ledger.results_check --ref main --dir /tmp/results
 
-Exit status 0 when everything agrees, 1 with one line per moved claim otherwise.
+Exit status 0 when everything agrees, 1 with one line per moved claim otherwise. Stale
+reference results (:func:`ddcl_theory.ledger.reference.stale`) are printed as notes; ``make
+check-reference`` is the check that fails on them.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ddcl_theory.ledger import reference
 from ddcl_theory.ledger.tolerance import Tolerance, compare_text
 from ddcl_theory.runtime.paths import repo_root
 
@@ -35,10 +38,16 @@ def committed_json(relpath: str, ref: str = "HEAD") -> list[dict] | None:
 
 
 def committed_files(ref: str = "HEAD") -> list[str]:
-    """Paths of the JSON files under ``results/`` committed at ``ref`` (the paper/ folder aside)."""
+    """Paths of the JSON files under ``results/`` committed at ``ref`` (the paper/ and reference/
+    folders aside: the reference results are checked for staleness, :mod:`.reference`)."""
     proc = subprocess.run(["git", "ls-tree", "-r", "--name-only", ref, "--", "results"],
                           cwd=repo_root(), capture_output=True, text=True, check=True)
-    return [p for p in proc.stdout.split() if p.endswith(".json") and not p.startswith("results/paper/")]
+    return [p for p in proc.stdout.split() if p.endswith(".json") and not _set_aside(p)]
+
+
+def _set_aside(rel: str) -> bool:
+    """Results not rewritten by a cpu build: a paper rerun's, and the committed reference run's."""
+    return rel.startswith(("results/paper/", "results/reference/"))
 
 
 def compare_rows(want: list[dict], got: list[dict], where: str) -> list[str]:
@@ -76,7 +85,7 @@ def check(results: Path, ref: str = "HEAD") -> list[str]:
     committed = set(committed_files(ref))
     for local in sorted(results.glob("**/*.json")):
         rel = "results/" + local.relative_to(results).as_posix()
-        if rel not in committed and not rel.startswith("results/paper/"):
+        if rel not in committed and not _set_aside(rel):
             problems.append(f"{rel}: written by this build but not committed")
     return problems
 
@@ -90,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     problems = check(results, args.ref)
     for p in problems:
         print(p)
+    for note in reference.stale(results / reference.REFERENCE):
+        print(f"note: {note}")          # make check-reference fails on these
     print("results: agree with the committed ones" if not problems
           else f"results: {len(problems)} difference(s) from {args.ref}")
     return 1 if problems else 0

@@ -1,0 +1,224 @@
+"""The reference profile's committed results: provenance, reading, and the stale check.
+
+``make reference`` executes the chapters under ``DDCL_PROFILE=reference`` (CPU, the seeds and
+scales the verdict rules demand); each chapter writes its verdicts to
+``results/reference/verdicts/<chapter>.json`` and :func:`write_provenance` writes
+``results/reference/provenance/<chapter>.json``: the commit, a sha256 digest of the chapter's
+source and of every module of the science and experiments it runs (:func:`chapter_modules`),
+the library versions, the machine and the time the chapter took.
+
+A reference result is **stale** when the code it was computed with has changed since: a digest
+in its provenance no longer matches the checkout (:func:`stale`). ``make check-reference``
+(``python -m ddcl_theory.ledger.reference check``) lists them and fails; ``results_check`` prints
+them as notes.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import hashlib
+import json
+import platform
+import re
+import sys
+from pathlib import Path
+
+from ddcl_theory.runtime.io import write_json
+from ddcl_theory.runtime.paths import repo_root, results_dir
+
+REFERENCE = "reference"
+#: The subpackages whose code decides a reference result (the science and the experiments);
+#: ``runtime`` and ``ledger`` (how results are stored and shown) are left out.
+SCIENCE = ("experiments", "layers", "models", "theory", "metrics", "data", "functional", "bench")
+PACKAGE = "ddcl_theory"
+
+
+def reference_dir(results: Path | None = None) -> Path:
+    """``<results>/reference`` (default: the checkout's ``results/``; not created)."""
+    if results is None:
+        root = repo_root()
+        results = (root if root is not None else Path.cwd()) / "results"
+    return Path(results) / REFERENCE
+
+
+def _package_dir(root: Path) -> Path:
+    return root / PACKAGE
+
+
+def _module_file(name: str, root: Path) -> Path | None:
+    """The file of ``ddcl_theory.x.y`` under ``root`` (module or package ``__init__``)."""
+    parts = name.split(".")
+    if parts[0] != PACKAGE:
+        return None
+    base = root.joinpath(*parts)
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def _is_science(name: str) -> bool:
+    parts = name.split(".")
+    return len(parts) >= 2 and parts[0] == PACKAGE and parts[1] in SCIENCE
+
+
+def _imports(tree: ast.AST, module: str, is_package: bool) -> set[str]:
+    """Absolute names of the ``ddcl_theory`` modules ``tree`` imports (``from a import b``
+    yields ``a`` and ``a.b``: ``b`` may be a module)."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = module.split(".")
+                anchor = anchor if is_package else anchor[:-1]
+                anchor = anchor[:len(anchor) - (node.level - 1)]
+                base = ".".join(anchor + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return {n for n in found if n.split(".")[0] == PACKAGE}
+
+
+def _chapter_imports(source: Path) -> set[str]:
+    """The ``ddcl_theory`` modules the code cells of a MyST chapter import."""
+    text = source.read_text(encoding="utf-8")
+    found: set[str] = set()
+    for cell in re.findall(r"^```\{code-cell\}[^\n]*\n(.*?)^```", text, re.S | re.M):
+        code = "\n".join("" if line.lstrip().startswith(("%", "!", ":")) else line
+                         for line in cell.splitlines())
+        try:
+            found |= _imports(ast.parse(code), "__chapter__", False)
+        except SyntaxError:
+            lines = [ln.strip() for ln in code.splitlines()
+                     if ln.startswith(("import ", "from ")) and "(" not in ln]
+            for line in lines:
+                try:
+                    found |= _imports(ast.parse(line), "__chapter__", False)
+                except SyntaxError:
+                    continue
+    return found
+
+
+def chapter_modules(source: Path, root: Path | None = None) -> list[str]:
+    """The science and experiment modules (:data:`SCIENCE`) a chapter runs: those its source
+    imports and, transitively, those they import. Sorted module names."""
+    root = root or repo_root()
+    if root is None:
+        raise RuntimeError("reference: run from a checkout")
+    todo = [n for n in _chapter_imports(Path(source)) if _is_science(n)]
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop()
+        path = _module_file(name, root)
+        if name in seen or path is None:
+            continue
+        seen.add(name)
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        todo += [n for n in _imports(tree, name, path.name == "__init__.py") if _is_science(n)]
+    return sorted(seen)
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+def source_digests(source: Path, root: Path | None = None) -> dict[str, str]:
+    """``{"chapter": digest of the chapter source, <module>: digest of its file, ...}``
+    (16 hex digits of sha256) for the chapter and every module of :func:`chapter_modules`."""
+    root = root or repo_root()
+    digests = {"chapter": _sha256(Path(source))}
+    for name in chapter_modules(source, root):
+        digests[name] = _sha256(_module_file(name, root))
+    return digests
+
+
+def chapter_provenance(source: Path, record: dict, seconds: float,
+                       root: Path | None = None) -> dict:
+    """The committed provenance of one chapter's reference run: ``record`` (the chapter's
+    :func:`ddcl_theory.ledger.goldens.chapter_provenance`: commit, versions, profile), the
+    machine, the time it took and :func:`source_digests`."""
+    return {
+        "chapter": Path(source).stem,
+        **record,
+        "machine": {"system": platform.system(), "machine": platform.machine(),
+                    "processor": platform.processor() or None},
+        "seconds": round(float(seconds), 1),
+        "digests": source_digests(source, root),
+    }
+
+
+def write_provenance(source: Path, record: dict, seconds: float, folder: Path | None = None,
+                     root: Path | None = None) -> Path:
+    """Write ``<results>/reference/provenance/<chapter>.json`` (:func:`chapter_provenance`;
+    ``folder`` defaults to the reference profile's ``results_dir()/provenance``)."""
+    folder = folder or results_dir() / "provenance"
+    path = Path(folder) / f"{Path(source).stem}.json"
+    write_json(path, chapter_provenance(source, record, seconds, root))
+    return path
+
+
+def read_reference(folder: Path | None = None) -> dict[str, dict]:
+    """``{chapter: {"verdicts": [rows], "provenance": dict or None}}`` for every verdict file
+    in ``<folder>/verdicts`` (default :func:`reference_dir`); empty when there is none."""
+    folder = Path(folder) if folder is not None else reference_dir()
+    out: dict[str, dict] = {}
+    for path in sorted((folder / "verdicts").glob("*.json")):
+        prov = folder / "provenance" / path.name
+        out[path.stem] = {
+            "verdicts": json.loads(path.read_text(encoding="utf-8")),
+            "provenance": json.loads(prov.read_text(encoding="utf-8")) if prov.is_file()
+            else None,
+        }
+    return out
+
+
+def stale(folder: Path | None = None, root: Path | None = None) -> list[str]:
+    """One line per reference result whose code changed since it was computed (a digest in
+    its provenance differs from the checkout, or a module is gone), or that has no provenance.
+    Empty when every reference result is current (or there is none)."""
+    root = root or repo_root()
+    if root is None:
+        raise RuntimeError("reference: run from a checkout")
+    problems = []
+    for chapter, entry in read_reference(folder).items():
+        prov = entry["provenance"]
+        if prov is None or not isinstance(prov.get("digests"), dict):
+            problems.append(f"reference/{chapter}: no provenance: cannot tell whether it is "
+                            "current (rerun: make reference NAMES={chapter})")
+            continue
+        source = root / "notebooks" / f"{chapter}.md"
+        if not source.is_file():
+            problems.append(f"reference/{chapter}: its chapter notebooks/{chapter}.md is gone")
+            continue
+        now = source_digests(source, root)
+        then = prov["digests"]
+        changed = sorted(k for k in set(now) | set(then) if now.get(k) != then.get(k))
+        if changed:
+            problems.append(f"reference/{chapter}: stale, changed since "
+                            f"{prov.get('git_commit') or 'its run'}: {', '.join(changed)} "
+                            f"(rerun: make reference NAMES={chapter})")
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="check the committed reference results")
+    parser.add_argument("command", choices=["check"])
+    parser.add_argument("--dir", type=Path, default=None,
+                        help="the reference folder (default results/reference)")
+    args = parser.parse_args(argv)
+    problems = stale(args.dir)
+    for p in problems:
+        print(p)
+    found = read_reference(args.dir)
+    if not problems:
+        print(f"reference: {len(found)} chapter(s), all current" if found
+              else "reference: no reference results yet")
+    else:
+        print(f"reference: {len(problems)} stale of {len(found)} chapter(s)")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,183 @@
+"""The reference results: provenance with source digests, the reader, the stale check, and the
+ledger's columns and verdict choice, on small fake reference files (no reference run here)."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from ddcl_theory.ledger import claims, reference
+
+CHAPTER = """---
+jupytext: {}
+---
+# A chapter
+
+Prose that says from the first epoch, import nothing.
+
+```{code-cell} ipython3
+%matplotlib inline
+from ddcl_theory.experiments import foo as exp
+from ddcl_theory.runtime import profile
+```
+"""
+
+
+def _fake_checkout(root: Path) -> Path:
+    """A checkout with notebooks/chap.md -> experiments.foo -> layers.bar (+ runtime, ignored)."""
+    pkg = root / "ddcl_theory"
+    for sub in ("experiments", "layers", "runtime"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "experiments" / "foo.py").write_text(
+        "from ddcl_theory.layers import bar\nfrom ddcl_theory.runtime import io\n")
+    (pkg / "layers" / "bar.py").write_text("X = 1\n")
+    (root / "notebooks").mkdir()
+    source = root / "notebooks" / "chap.md"
+    source.write_text(CHAPTER)
+    return source
+
+
+def _reference_run(root: Path, source: Path, rows: list[dict]) -> Path:
+    folder = root / "results" / "reference"
+    (folder / "verdicts").mkdir(parents=True)
+    (folder / "verdicts" / "chap.json").write_text(json.dumps(rows))
+    record = {"git_commit": "abc", "profile": "reference", "torch": "2.x", "numpy": "1.x"}
+    reference.write_provenance(source, record, 12.34, folder=folder / "provenance", root=root)
+    return folder
+
+
+def test_chapter_modules_follow_imports_through_the_science_only(tmp_path):
+    source = _fake_checkout(tmp_path)
+    mods = reference.chapter_modules(source, tmp_path)
+    assert "ddcl_theory.experiments.foo" in mods and "ddcl_theory.layers.bar" in mods
+    assert not any(m.startswith("ddcl_theory.runtime") for m in mods)
+
+
+def test_provenance_carries_commit_digests_versions_machine_and_time(tmp_path):
+    source = _fake_checkout(tmp_path)
+    folder = _reference_run(tmp_path, source, [])
+    prov = json.loads((folder / "provenance" / "chap.json").read_text())
+    assert prov["chapter"] == "chap" and prov["git_commit"] == "abc" and prov["seconds"] == 12.3
+    assert prov["torch"] == "2.x" and prov["machine"]["machine"]
+    assert set(prov["digests"]) >= {"chapter", "ddcl_theory.experiments.foo",
+                                    "ddcl_theory.layers.bar"}
+    assert all(re.fullmatch(r"[0-9a-f]{16}", d) for d in prov["digests"].values())
+
+
+def test_reader_returns_verdicts_and_provenance(tmp_path):
+    source = _fake_checkout(tmp_path)
+    folder = _reference_run(tmp_path, source, [{"id": "D9", "verdict": "inconclusive"}])
+    (folder / "verdicts" / "other.json").write_text("[]")
+    found = reference.read_reference(folder)
+    assert found["chap"]["verdicts"][0]["id"] == "D9"
+    assert found["chap"]["provenance"]["digests"]["chapter"]
+    assert found["other"]["provenance"] is None
+    assert reference.read_reference(tmp_path / "nowhere") == {}
+
+
+def test_stale_check_reports_changed_experiment_source(tmp_path, capsys):
+    source = _fake_checkout(tmp_path)
+    folder = _reference_run(tmp_path, source, [])
+    assert reference.stale(folder, tmp_path) == []
+    (tmp_path / "ddcl_theory" / "runtime" / "io.py").write_text("# storage only\n")
+    assert reference.stale(folder, tmp_path) == []            # runtime is not the experiment
+    (tmp_path / "ddcl_theory" / "layers" / "bar.py").write_text("X = 2\n")
+    problems = reference.stale(folder, tmp_path)
+    assert len(problems) == 1 and "ddcl_theory.layers.bar" in problems[0]
+    assert "stale" in problems[0] and "abc" in problems[0]
+    (folder / "provenance" / "chap.json").unlink()
+    assert "no provenance" in reference.stale(folder, tmp_path)[0]
+
+
+def test_check_command_fails_on_stale_results(tmp_path, monkeypatch, capsys):
+    source = _fake_checkout(tmp_path)
+    folder = _reference_run(tmp_path, source, [])
+    monkeypatch.setattr(reference, "repo_root", lambda: tmp_path)
+    assert reference.main(["check", "--dir", str(folder)]) == 0
+    assert "all current" in capsys.readouterr().out
+    source.write_text(CHAPTER + "\nmore\n")
+    assert reference.main(["check", "--dir", str(folder)]) == 1
+    assert "chapter" in capsys.readouterr().out
+    assert reference.main(["check", "--dir", str(tmp_path / "none")]) == 0
+
+
+def _settle(folder: Path, name: str, words: dict[str, str], decision: dict | None = None):
+    ch = claims.Chapter(name)
+    for cid, word in words.items():
+        ch.settle(cid, word, f"{name} evidence for {cid}", our_value=f"{name} value")
+        ch.settled[-1].decision = decision
+    ch.save(folder)
+
+
+def test_ledger_without_larger_scales_has_only_cpu_rows(tmp_path):
+    _settle(tmp_path / "results" / "verdicts", "a", {"D9": "qualified", "D3": "proved"},
+            {"rule": "old rule", "n_seeds": 3})
+    ledger = claims.build_ledger(tmp_path / "results" / "verdicts")
+    by_id = {r["id"]: r for r in ledger}
+    assert not claims.has_reference_profile(ledger) and "verdict_from" not in by_id["D9"]
+    assert by_id["D9"]["rule"] == claims.RULES["D9"].text
+    assert by_id["D9"]["recorded_rule"] == "old rule" and by_id["D9"]["n_seeds"] == 3
+    assert by_id["D9"]["interval"] is None and by_id["D9"]["trend"] is None
+    assert "rule" not in by_id["D3"]                      # proofs carry no empirical fields
+    assert "  - ours" in claims.ledger_markdown(ledger).splitlines()
+
+
+def test_ledger_takes_the_verdict_from_the_largest_scale_that_ran(tmp_path):
+    results = tmp_path / "results"
+    _settle(results / "verdicts", "a", {"D9": "qualified", "D11": "not reproduced",
+                                        "L6": "reproduced"})
+    decision = {"rule": claims.RULES["D9"].text, "n_seeds": 10, "interval": [0.1, 0.4],
+                "scale": "2000 steps", "trend": {"500 steps": 0.05, "2000 steps": 0.25}}
+    _settle(results / "reference" / "verdicts", "a", {"D9": "reproduced",
+                                                      "D11": "inconclusive"}, decision)
+    _settle(tmp_path / "paper", "a", {"D11": "reproduced"})
+    ledger = claims.build_ledger(results / "verdicts", paper_directory=tmp_path / "paper")
+    by_id = {r["id"]: r for r in ledger}
+    assert claims.has_reference_profile(ledger) and claims.has_paper_profile(ledger)
+    d9, d11, l6 = by_id["D9"], by_id["D11"], by_id["L6"]
+    assert (d9["verdict"], d9["verdict_from"], d9["cpu_verdict"]) == (
+        "reproduced", "reference", "qualified")
+    assert (d9["n_seeds"], d9["interval"], d9["scale"]) == (10, [0.1, 0.4], "2000 steps")
+    assert "recorded_rule" not in d9
+    assert (d11["verdict"], d11["verdict_from"]) == ("reproduced", "paper")
+    assert d11["reference_profile"]["verdict"] == "inconclusive"
+    assert (l6["verdict"], l6["verdict_from"], l6["reference_profile"]) == (
+        "reproduced", "cpu", None)
+    table = claims.ledger_markdown(ledger)
+    head = table.split("* - {ref}")[0]
+    assert "  - ours (cpu)" in head and "  - reference" in head and "ours at paper scale" in head
+    row = table.split("<ledger-d9>`")[1].split("* - ")[0]
+    assert "{verdict}`reproduced` (reference)" in row and "{verdict}`qualified` a value" in row
+    entries = claims.ledger_entries_markdown(ledger)
+    d9_entry = entries.split("(ledger-d9)=")[1].split("(ledger-d10)=")[0]
+    assert "**Rule (fixed before the run).**" in d9_entry and "[0.1, 0.4]" in d9_entry
+    assert "**At reference scale:**" in d9_entry and "**Verdict taken from:** the reference" \
+        in d9_entry
+    assert "500 steps: 0.05" in d9_entry and "10 seed(s) (the rule asks 10)" in d9_entry
+
+
+def test_reference_column_can_be_switched_off(tmp_path, monkeypatch):
+    results = tmp_path / "results"
+    _settle(results / "verdicts", "a", {"D9": "qualified"})
+    _settle(results / "reference" / "verdicts", "a", {"D9": "reproduced"})
+    monkeypatch.setenv(claims.REFERENCE_LEDGER_ENV, "0")
+    ledger = claims.build_ledger(results / "verdicts")
+    assert not claims.has_reference_profile(ledger) and ledger[8]["verdict"] == "qualified"
+
+
+def test_results_check_sets_the_reference_folder_aside():
+    from ddcl_theory.ledger import results_check
+    assert results_check._set_aside("results/reference/verdicts/a.json")
+    assert results_check._set_aside("results/paper/verdicts/a.json")
+    assert not results_check._set_aside("results/verdicts/a.json")
+
+
+@pytest.mark.parametrize("cid", sorted(claims.RULES))
+def test_every_empirical_claim_has_a_rule_with_enough_seeds(cid):
+    rule = claims.rule_of(cid)
+    assert rule.n_seeds >= 5 and rule.tests and rule.scales
+    assert "95%" in rule.text and f"{rule.n_seeds} seeds" in rule.text
