@@ -233,3 +233,17 @@ def test_rules_and_tests_check_their_fields():
         claims.Rule((), n_seeds=5, scales="steps")
     early = claims.Rule((test,), n_seeds=5, scales="epochs", early=True)
     assert "plateau" not in early.text and "plateau" in claims.RULES["D9"].text
+
+
+def test_a_rule_decides_from_intervals_of_the_methods_it_names():
+    from ddcl_theory.ledger import stats
+    rule = claims.RULES["D13"]                        # one paired test, > 0, 10 seeds
+    up = stats.paired_t([0.8 + 0.01 * i for i in range(10)], [0.7] * 10)
+    assert rule.decide([up]) == "reproduced"
+    down = stats.paired_t([0.6 + 0.013 * i for i in range(10)],
+                          [0.7 + 0.01 * i for i in range(10)])
+    assert rule.decide([down]) == "not reproduced"
+    with pytest.raises(ValueError, match="paired t"):
+        rule.decide([stats.one_sample_t([0.1 * i for i in range(10)])])
+    with pytest.raises(ValueError, match="asks 10 seeds"):
+        rule.decide([stats.paired_t([0.8, 0.9, 1.0], [0.7, 0.7, 0.7])])

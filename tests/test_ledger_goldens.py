@@ -48,3 +48,31 @@ def test_goldens_carry_no_timing_no_paths_no_errors():
             assert "execution" not in cell.get("metadata", {}), f"{path.name}: timing metadata"
             for out in cell.get("outputs", []):
                 assert out["output_type"] != "error", f"{path.name}: cell {i} stores an error"
+
+
+def test_reference_write_defaults_to_build_reference_and_commits_provenance(monkeypatch, tmp_path):
+    """Under DDCL_PROFILE=reference, `goldens write` executes into _build/reference (never over
+    the goldens), resumes by provenance, and writes results/reference/provenance/<chapter>.json
+    with the digests of the code it ran (the execution itself is stubbed here)."""
+    from ddcl_theory.runtime import paths, profile
+    calls = []
+
+    def fake_write(source, out_dir=None):
+        calls.append(out_dir)
+        (out_dir / goldens.golden_path(source).name).write_text("{}")
+        return 2.0
+
+    monkeypatch.setenv(paths.RESULTS_ENV, str(tmp_path))
+    monkeypatch.setenv(profile.PROFILE_ENV, "reference")
+    monkeypatch.setattr(goldens, "write", fake_write)
+    monkeypatch.setattr(goldens, "notebooks_dir", lambda: tmp_path / "nb" / "notebooks")
+    (tmp_path / "nb" / "notebooks").mkdir(parents=True)
+    source = tmp_path / "nb" / "notebooks" / "orbital_debris.md"
+    source.write_text((Path(__file__).parents[1] / "notebooks" / "orbital_debris.md").read_text())
+    assert goldens.main(["write", "orbital_debris"]) == 0
+    assert calls == [tmp_path / "nb" / "_build" / "reference"]
+    prov = json.loads((tmp_path / "reference" / "provenance" / "orbital_debris.json").read_text())
+    assert prov["profile"] == "reference" and prov["seconds"] == 2.0
+    assert "ddcl_theory.experiments.orbital_debris" in prov["digests"]
+    assert goldens.main(["write", "orbital_debris"]) == 0       # same provenance: skipped
+    assert len(calls) == 1

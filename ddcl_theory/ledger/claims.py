@@ -223,6 +223,24 @@ class Rule:
             return "not reproduced"
         return "inconclusive"
 
+    def decide(self, intervals: list) -> str:
+        """The claim's word from one :class:`ddcl_theory.ledger.stats.Interval` per test (in
+        order): each decided by :func:`~ddcl_theory.ledger.stats.decide` against its test's
+        side and margin, then :meth:`combine`. ``ValueError`` when an interval was computed by
+        another method than its test names, or on fewer seeds than the rule asks."""
+        from ddcl_theory.ledger.stats import decide_interval
+        if len(intervals) != len(self.tests):
+            raise ValueError(f"intervals: expected {len(self.tests)}, got {len(intervals)}")
+        for test, iv in zip(self.tests, intervals):
+            if iv.method != test.method:
+                raise ValueError(f"intervals: {test.statistic!r} names a {test.method} "
+                                 f"interval, got {iv.method}")
+            if iv.n < self.n_seeds:
+                raise ValueError(f"intervals: the rule asks {self.n_seeds} seeds, "
+                                 f"{test.statistic!r} has {iv.n}")
+        return self.combine([decide_interval(iv, side=t.side, margin=t.margin)
+                             for t, iv in zip(self.tests, intervals)])
+
     @property
     def text(self) -> str:
         """The rule in one paragraph (the ``rule`` field of ``results/claims.json``)."""

@@ -70,9 +70,11 @@ def _confidence(confidence: float) -> float:
 
 
 def _degenerate(arr: np.ndarray, method: str, confidence: float) -> Interval | None:
-    """A zero-width interval when every value is equal (scipy returns NaN ends there)."""
-    if np.all(arr == arr[0]):
-        return Interval(float(arr[0]), float(arr[0]), float(arr[0]), arr.size, method, confidence)
+    """A zero-width interval at the mean when the values are equal up to rounding (scipy
+    returns NaN ends, or warns of cancellation, there)."""
+    mean = float(np.mean(arr))
+    if float(np.ptp(arr)) <= 1e-12 * max(1.0, abs(mean)):
+        return Interval(mean, mean, mean, arr.size, method, confidence)
     return None
 
 
