@@ -247,3 +247,30 @@ def test_a_rule_decides_from_intervals_of_the_methods_it_names():
         rule.decide([stats.one_sample_t([0.1 * i for i in range(10)])])
     with pytest.raises(ValueError, match="asks 10 seeds"):
         rule.decide([stats.paired_t([0.8, 0.9, 1.0], [0.7, 0.7, 0.7])])
+
+
+def test_ledger_table_with_reference_and_paper_columns_parses(tmp_path, book_roles):
+    from docutils import nodes
+
+    results = tmp_path / "results"
+    for folder, word in ((results / "verdicts", "qualified"),
+                         (results / "reference" / "verdicts", "reproduced"),
+                         (tmp_path / "paper", "inconclusive")):
+        ch = claims.Chapter("a")
+        ch.settle("D13", word, "ran", our_value="0.8 -> 0.9")
+        if folder.parent.name != "reference":
+            ch.settle("D3", "proved", "sympy")
+        ch.save(folder)
+    ledger = claims.build_ledger(results / "verdicts", paper_directory=tmp_path / "paper")
+    doc = _parse_myst(claims.ledger_markdown(ledger))
+    [table] = list(doc.findall(nodes.table))
+    rows = list(table.findall(nodes.row))
+    assert [e.astext() for e in rows[0].findall(nodes.entry)] == [
+        "id", "claim", "verdict", "paper", "ours (cpu)", "reference", "ours at paper scale"]
+    assert all(len(list(r.findall(nodes.entry))) == 7 for r in rows)
+    d13 = [c.astext() for c in rows[1 + [r["id"] for r in ledger].index("D13")].findall(
+        nodes.entry)]
+    assert d13[2] == "inconclusive (paper)" and d13[4] == "qualified 0.8 → 0.9"
+    assert d13[5] == "reproduced 0.8 → 0.9" and d13[6] == "inconclusive 0.8 → 0.9"
+    entries = _parse_myst(claims.ledger_entries_markdown(ledger)).astext()
+    assert "At reference scale" in entries and "Rule (fixed before the run)" in entries

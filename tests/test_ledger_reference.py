@@ -181,3 +181,23 @@ def test_every_empirical_claim_has_a_rule_with_enough_seeds(cid):
     rule = claims.rule_of(cid)
     assert rule.n_seeds >= 5 and rule.tests and rule.scales
     assert "95%" in rule.text and f"{rule.n_seeds} seeds" in rule.text
+
+
+def test_summary_rows_and_markdown(tmp_path):
+    source = _fake_checkout(tmp_path)
+    folder = _reference_run(tmp_path, source, [{"id": "D13", "verdict": "reproduced"}])
+    [row] = reference.summary(folder, tmp_path)
+    assert (row["chapter"], row["claims"], row["commit"], row["seconds"], row["stale"]) == (
+        "chap", "D13", "abc", 12.3, False)
+    text = reference.summary_markdown([row])
+    assert "| chap | D13 | `abc` | 12 | 2.x | 1.x |" in text and "| yes |" in text
+    (tmp_path / "ddcl_theory" / "layers" / "bar.py").write_text("X = 3\n")
+    assert reference.summary(folder, tmp_path)[0]["stale"]
+    assert "No reference run" in reference.summary_markdown([])
+
+
+def test_reference_dir_follows_the_results_switch(tmp_path, monkeypatch):
+    from ddcl_theory.runtime import paths
+    monkeypatch.setenv(paths.RESULTS_ENV, str(tmp_path))
+    assert reference.reference_dir() == tmp_path / "reference"
+    assert reference.reference_dir(tmp_path / "r") == tmp_path / "r" / "reference"

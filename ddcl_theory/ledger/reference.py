@@ -18,13 +18,14 @@ import argparse
 import ast
 import hashlib
 import json
+import os
 import platform
 import re
 import sys
 from pathlib import Path
 
 from ddcl_theory.runtime.io import write_json
-from ddcl_theory.runtime.paths import repo_root, results_dir
+from ddcl_theory.runtime.paths import RESULTS_ENV, repo_root, results_dir
 
 REFERENCE = "reference"
 #: The subpackages whose code decides a reference result (the science and the experiments);
@@ -34,7 +35,10 @@ PACKAGE = "ddcl_theory"
 
 
 def reference_dir(results: Path | None = None) -> Path:
-    """``<results>/reference`` (default: the checkout's ``results/``; not created)."""
+    """``<results>/reference``; ``results`` defaults to ``$DDCL_RESULTS_DIR``, else the
+    checkout's ``results/`` (whatever the profile; not created)."""
+    if results is None and os.environ.get(RESULTS_ENV):
+        results = Path(os.environ[RESULTS_ENV])
     if results is None:
         root = repo_root()
         results = (root if root is not None else Path.cwd()) / "results"
@@ -200,6 +204,46 @@ def stale(folder: Path | None = None, root: Path | None = None) -> list[str]:
                             f"{prov.get('git_commit') or 'its run'}: {', '.join(changed)} "
                             f"(rerun: make reference NAMES={chapter})")
     return problems
+
+
+def summary(folder: Path | None = None, root: Path | None = None) -> list[dict]:
+    """One row per reference chapter for the ledger page: chapter, claims settled, commit
+    (12 digits), seconds, torch and numpy versions, machine, and whether it is stale."""
+    stale_chapters = {line.split(":")[0].removeprefix("reference/")
+                      for line in stale(folder, root)}
+    rows = []
+    for chapter, entry in read_reference(folder).items():
+        prov = entry["provenance"] or {}
+        machine = prov.get("machine") or {}
+        rows.append({
+            "chapter": chapter,
+            "claims": ", ".join(r["id"] for r in entry["verdicts"]),
+            "commit": (prov.get("git_commit") or "")[:12] or None,
+            "seconds": prov.get("seconds"),
+            "torch": prov.get("torch"),
+            "numpy": prov.get("numpy"),
+            "machine": machine.get("machine"),
+            "stale": chapter in stale_chapters,
+        })
+    return rows
+
+
+def summary_markdown(rows: list[dict]) -> str:
+    """:func:`summary` as a Markdown table, with the total time; a sentence when it is empty."""
+    if not rows:
+        return ("No reference run is committed yet (`make reference` writes one to "
+                "`results/reference/`); the verdicts below are the cpu profile's.")
+    lines = ["| chapter | claims | commit | seconds | torch | numpy | machine | current |",
+             "|---|---|---|---:|---|---|---|---|"]
+    for r in rows:
+        cells = [r["chapter"], r["claims"] or "–", f"`{r['commit']}`" if r["commit"] else "–",
+                 f"{r['seconds']:.0f}" if r["seconds"] is not None else "–",
+                 r["torch"] or "–", r["numpy"] or "–", r["machine"] or "–",
+                 "**stale**" if r["stale"] else "yes"]
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    total = sum(r["seconds"] or 0 for r in rows)
+    lines.append(f"\nTotal time of the reference run: {total / 60:.0f} min.")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
