@@ -231,7 +231,7 @@ def summary(folder: Path | None = None, root: Path | None = None) -> list[dict]:
 def summary_markdown(rows: list[dict]) -> str:
     """:func:`summary` as a Markdown table, with the total time; a sentence when it is empty."""
     if not rows:
-        return ("No reference run is committed yet (`make reference` writes one to "
+        return ("No reference run is committed yet (`make reference` writes one to\n"
                 "`results/reference/`); the verdicts below are the cpu profile's.")
     lines = ["| chapter | claims | commit | seconds | torch | numpy | machine | current |",
              "|---|---|---|---:|---|---|---|---|"]
