@@ -76,19 +76,23 @@ class DenseSettings:
 
     @classmethod
     def from_profile(cls) -> "DenseSettings":
-        """cpu: a few hundred images, 5 paired seeds, probes at 0, 60 and 120 steps; paper: a
-        larger ViT on more images, 10 seeds, probes up to 6000 steps."""
+        """cpu: a few hundred images, 5 paired seeds, probes after 0, 60 and 120 steps (what CI
+        replays); reference: the same model on 1024 images, 5 paired seeds (the L10 rule), probes
+        after 0, 200, 500 and 1000 steps (three trained scales); paper: a larger ViT on more
+        images, 10 seeds, probes up to 6000 steps."""
         p = profile.current()
-        return cls(n_train=p.pick(cpu=384, paper=20000), n_test=p.pick(cpu=128, paper=2000),
+        return cls(n_train=p.pick(cpu=384, reference=1024, paper=20000),
+                   n_test=p.pick(cpu=128, reference=256, paper=2000),
                    patch=p.pick(cpu=8, paper=4), dim=p.pick(cpu=32, paper=192),
                    depth=p.pick(cpu=2, paper=6),
                    heads=p.pick(cpu=4, paper=6), mlp_ratio=p.pick(cpu=2, paper=4),
                    out_dim=p.pick(cpu=64, paper=1024), batch_size=p.pick(cpu=32, paper=128),
                    steps_per_round=p.pick(cpu=20, paper=200),
-                   probe_at=p.pick(cpu=(0, 3, 6), paper=(0, 5, 10, 20, 30), smoke=(0, 1)),
+                   probe_at=p.pick(cpu=(0, 3, 6), reference=(0, 10, 25, 50),
+                                   paper=(0, 5, 10, 20, 30), smoke=(0, 1)),
                    lr=p.pick(cpu=1e-3, paper=5e-4), weight_decay=p.pick(cpu=0.0, paper=0.04),
-                   momentum=p.pick(cpu=0.99, paper=0.996),
-                   probe_steps=p.pick(cpu=100, paper=500), probe_lr=0.1,
+                   momentum=p.pick(cpu=0.99, reference=0.996, paper=0.996),
+                   probe_steps=p.pick(cpu=100, reference=200, paper=500), probe_lr=0.1,
                    seeds=p.pick(cpu=(0, 1, 2, 3, 4), paper=tuple(range(10)), smoke=(0,)),
                    threads=p.pick(cpu=1, paper=None))
 
