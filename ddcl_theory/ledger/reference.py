@@ -147,7 +147,7 @@ def chapter_provenance(source: Path, record: dict, seconds: float,
         "chapter": Path(source).stem,
         **record,
         "machine": {"system": platform.system(), "machine": platform.machine(),
-                    "processor": platform.processor() or None},
+                    "processor": platform.processor() or None, "cpus": os.cpu_count()},
         "seconds": round(float(seconds), 1),
         "digests": source_digests(source, root),
     }
@@ -222,7 +222,8 @@ def summary(folder: Path | None = None, root: Path | None = None) -> list[dict]:
             "seconds": prov.get("seconds"),
             "torch": prov.get("torch"),
             "numpy": prov.get("numpy"),
-            "machine": machine.get("machine"),
+            "machine": (f"{machine.get('machine')}, {machine['cpus']} CPUs"
+                        if machine.get("cpus") else machine.get("machine")),
             "stale": chapter in stale_chapters,
         })
     return rows
@@ -242,7 +243,7 @@ def summary_markdown(rows: list[dict]) -> str:
                  "**stale**" if r["stale"] else "yes"]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     total = sum(r["seconds"] or 0 for r in rows)
-    lines.append(f"\nTotal time of the reference run: {total / 60:.0f} min.")
+    lines.append(f"\nTotal time of the reference run: {total:.0f} s ({total / 60:.1f} min).")
     return "\n".join(lines)
 
 
