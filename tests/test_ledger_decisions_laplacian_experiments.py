@@ -1,4 +1,4 @@
-"""ddcl_theory.ledger.decisions.laplacian_experiments: the rules of L6-L10 on hand-built sweeps."""
+"""ddcl_theory.ledger.decisions.laplacian_experiments: the rules of L6-L9 on hand-built sweeps."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -81,8 +81,3 @@ def test_l9_rules():
     assert dec.decide_l9(sweep(val_loss=const(2.0, all=1.0)), setting="all").word == "qualified"
     with pytest.raises(ValueError, match="setting"):
         dec.decide_l9(sweep(), setting="5")
-
-
-def test_l10_is_untested():
-    v = dec.decide_l10()
-    assert (v.claim, v.word, v.our_value) == ("L10", "untested", None)

@@ -1,4 +1,5 @@
-"""Decisions of the chapter ``laplacian_experiments``: claims L6-L10 (Zhang & Papyan 2026).
+"""Decisions of the chapter ``laplacian_experiments``: claims L6-L9 (Zhang & Papyan 2026;
+L10 is decided in :mod:`ddcl_theory.ledger.decisions.dense_features`).
 
 The functions read sweeps of the ViT and character-GPT experiments (objects with ``settings``,
 ``runs``, ``source`` and ``summary(field) -> {setting: (mean, std)}``) and return a
@@ -12,7 +13,7 @@ from ddcl_theory.ledger.verdict import Verdict
 from ddcl_theory.metrics.seeds import compare
 
 __all__ = ["compare", "fmt_summary", "TRAINING", "decide_l6", "decide_l7", "decide_l8",
-           "decide_l9", "decide_l10"]
+           "decide_l9"]
 
 #: How far the numbers quoted by L6-L9 may move between machines.
 TRAINING = Tolerance(abs=0.01, rel=0.03, reason="seed means and spreads of short training runs; "
@@ -155,10 +156,3 @@ def decide_l9(gpt, setting: str | None = None) -> Verdict:
                         "never more (downstream tasks replaced); " + SPREAD_RULE,
                    n_seeds=_n_seeds(gpt), tolerance=TRAINING)
 
-
-def decide_l10() -> Verdict:
-    """L10 (DINO pretraining, ADE20K segmentation): ``untested`` at this scale, with the reason."""
-    return Verdict("L10", "untested",
-                   "Needs DINO self-supervised pretraining at scale and ADE20K segmentation; "
-                   "neither the compute nor the data is available here, and a toy stand-in "
-                   "would not test the claim.")
