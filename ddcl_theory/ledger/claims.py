@@ -226,8 +226,10 @@ class Rule:
     def decide(self, intervals: list) -> str:
         """The claim's word from one :class:`ddcl_theory.ledger.stats.Interval` per test (in
         order): each decided by :func:`~ddcl_theory.ledger.stats.decide` against its test's
-        side and margin, then :meth:`combine`. ``ValueError`` when an interval was computed by
-        another method than its test names, or on fewer seeds than the rule asks."""
+        side and margin, then :meth:`combine`. Fewer seeds than the rule asks decide nothing:
+        the word is then at best ``inconclusive`` (a run below the rule's seeds, e.g. the cpu
+        profile's, is a regression value, not the evidence of record). ``ValueError`` when an
+        interval was computed by another method than its test names."""
         from ddcl_theory.ledger.stats import decide_interval
         if len(intervals) != len(self.tests):
             raise ValueError(f"intervals: expected {len(self.tests)}, got {len(intervals)}")
@@ -235,11 +237,11 @@ class Rule:
             if iv.method != test.method:
                 raise ValueError(f"intervals: {test.statistic!r} names a {test.method} "
                                  f"interval, got {iv.method}")
-            if iv.n < self.n_seeds:
-                raise ValueError(f"intervals: the rule asks {self.n_seeds} seeds, "
-                                 f"{test.statistic!r} has {iv.n}")
-        return self.combine([decide_interval(iv, side=t.side, margin=t.margin)
+        word = self.combine([decide_interval(iv, side=t.side, margin=t.margin)
                              for t, iv in zip(self.tests, intervals)])
+        if any(iv.n < self.n_seeds for iv in intervals):
+            return "inconclusive"
+        return word
 
     @property
     def text(self) -> str:
