@@ -3,7 +3,7 @@ VENV := .venv/bin
 NBVAL := -p ddcl_theory.ledger.nbval_numeric --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 1800
 ## pytest-xdist workers of `make test` and `make unit` (JOBS=0: one process, no xdist).
 JOBS ?= auto
-PARALLEL := -n $(JOBS) --dist loadgroup --durations=25
+PARALLEL := -n $(JOBS) --dist loadfile --no-loadscope-reorder --durations=25
 
 .PHONY: setup data book book-strict test unit goldens paper reference smoke check-goldens check-render check-results check-reference clean
 
@@ -28,14 +28,17 @@ book-strict: setup
 	$(VENV)/jupyter-book clean .
 	$(VENV)/python book/build_book.py --committed-outputs -W -n --keep-going
 
-## Unit, property and notebook regression (nbval on every golden) tests. One xdist worker runs
-## the goldens in reading order (the ledger reads the chapters' verdicts); the others (and that
-## one, once the goldens are done) take the unit tests. The 25 slowest tests are listed at the end.
+## Unit, property and notebook regression (nbval on every golden) tests, on every core: each
+## golden runs whole on one xdist worker (its cells in order, one kernel), several goldens at
+## once, the unit tests fill the gaps and the ledger, which reads the chapters' verdicts, comes
+## last (ddcl_theory/ledger/nbval_numeric.py). The 25 slowest tests are listed at the end.
 test: data
 	$(VENV)/python -m pytest tests notebooks $(NBVAL) -m "not browser" $(PARALLEL)
 
+## The unit and property tests alone; MARKS selects (CI: "not browser and not slow").
+MARKS ?= not browser
 unit: setup
-	$(VENV)/python -m pytest tests -m "not browser" $(PARALLEL)
+	$(VENV)/python -m pytest tests -m "$(MARKS)" $(PARALLEL)
 
 ## Re-execute the sources and rewrite the goldens (maintainers, after changing a chapter).
 goldens: setup

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+import pytest
+
 from ddcl_theory.ledger.tolerance import Tolerance, compare_text, parse_declaration
 
 TEXT_KEYS = ("stdout", "stderr", "text", "text/plain", "text/markdown", "text/html")
@@ -67,22 +69,101 @@ def compare_outputs(self, test, ref, skip_compare=None):
     return True
 
 
-def pytest_collection_modifyitems(session, config, items):
-    """Run the goldens in reading order (``_toc.yml``): the ledger reads the verdicts that the
-    chapters before it write. Other items keep their place, before the notebooks."""
+#: the golden that reads what the others wrote (their verdicts): it runs after all of them
+LEDGER = "ledger"
+#: how long (seconds) the ledger's worker waits for the chapters run by other workers
+LEDGER_WAIT_S = 3600.0
+
+
+def _notebook(item) -> str | None:
+    """The stem of the golden an nbval item belongs to; None for any other test."""
     from pathlib import Path
 
+    path = Path(str(item.fspath))
+    return path.stem if path.suffix == ".ipynb" else None
+
+
+def _is_worker(config) -> bool:
+    """True inside a pytest-xdist worker (``make test`` runs ``-n auto --dist loadfile``)."""
+    return hasattr(config, "workerinput")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Run the goldens in reading order (``_toc.yml``): the ledger reads the verdicts that the
+    chapters before it write. In one process the other tests come first, then the goldens.
+
+    Under pytest-xdist with ``--dist loadfile --no-loadscope-reorder`` (``make test``) each
+    golden goes whole to one worker (its cells in order, in one kernel) and the order becomes:
+    the chapters, the other tests, the ledger, so that the workers execute several chapters at
+    once, the unit tests fill the gaps and the ledger comes last; its worker still waits for
+    every chapter before it (``_await_chapters``).
+    """
     from ddcl_theory.runtime.paths import chapter_order
 
     order = {name: i for i, name in enumerate(chapter_order())}
+    distributed = _is_worker(config)
 
     def key(item):
-        path = Path(str(item.fspath))
-        if path.suffix != ".ipynb":
-            return (0, 0)
-        return (1, order.get(path.stem, len(order)))
+        name = _notebook(item)
+        if name is None:
+            return (1 if distributed else 0, 0)
+        if name == LEDGER:
+            return (2, order.get(name, len(order)))
+        return (0 if distributed else 1, order.get(name, len(order)))
 
     items[:] = sorted(items, key=key)  # stable: cells of one notebook keep their order
+
+
+def _markers(config):
+    """The folder where workers mark the goldens they have finished (one per test run)."""
+    import tempfile
+    from pathlib import Path
+
+    uid = config.workerinput.get("testrunuid", "run")
+    folder = Path(tempfile.gettempdir()) / f"ddcl-nbval-{uid}"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    """Under xdist: once a golden's last cell has run, mark it done for the ledger's worker."""
+    name = _notebook(item)
+    if name is None or not _is_worker(item.config):
+        return
+    if nextitem is None or nextitem.parent is not item.parent:
+        (_markers(item.config) / f"{name}.done").touch()
+
+
+def pytest_runtest_setup(item):
+    """Under xdist: before the ledger's first cell, wait for every chapter before it."""
+    if _notebook(item) != LEDGER or not _is_worker(item.config):
+        return
+    if getattr(item.parent, "_chapters_awaited", False):
+        return
+    item.parent._chapters_awaited = True
+    _await_chapters(item)
+
+
+def _await_chapters(item) -> None:
+    """Block until the chapters collected in this run that precede the ledger are done."""
+    import time
+
+    from ddcl_theory.runtime.paths import chapter_order
+
+    order = chapter_order()
+    before = set(order[:order.index(LEDGER)]) if LEDGER in order else set()
+    wanted = {n for n in map(_notebook, item.session.items) if n in before}
+    folder = _markers(item.config)
+    deadline = time.monotonic() + LEDGER_WAIT_S
+    while True:
+        missing = sorted(n for n in wanted if not (folder / f"{n}.done").exists())
+        if not missing:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"ledger: the chapters {missing} did not finish within "
+                               f"{LEDGER_WAIT_S:.0f} s on the other workers")
+        time.sleep(1.0)
 
 
 def pytest_configure(config):
