@@ -1,9 +1,10 @@
 # The two commands of the README: `make book` and `make test`. Everything else is for maintainers.
 VENV := .venv/bin
 NBVAL := -p ddcl_theory.ledger.nbval_numeric --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 1800
-## pytest-xdist workers of `make test` and `make unit` (JOBS=0: one process, no xdist).
-JOBS ?= auto
-PARALLEL := -n $(JOBS) --dist loadfile --no-loadscope-reorder --durations=25
+## pytest-xdist workers of `make test` and `make unit`: one per logical CPU, at most 8 (JOBS=0:
+## one process, no xdist). Whole files per worker, in the order of collection (see `test`).
+JOBS ?= logical
+PARALLEL := -n $(JOBS) --maxprocesses 8 --dist loadfile --no-loadscope-reorder --durations=25
 
 .PHONY: setup data book book-strict test unit goldens paper reference smoke check-goldens check-render check-results check-reference clean
 

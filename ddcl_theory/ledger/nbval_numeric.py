@@ -84,7 +84,7 @@ def _notebook(item) -> str | None:
 
 
 def _is_worker(config) -> bool:
-    """True inside a pytest-xdist worker (``make test`` runs ``-n auto --dist loadfile``)."""
+    """True inside a pytest-xdist worker (``make test`` runs ``-n logical --dist loadfile``)."""
     return hasattr(config, "workerinput")
 
 
