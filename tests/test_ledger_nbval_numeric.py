@@ -4,6 +4,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import nbformat
 import pytest
@@ -73,3 +74,50 @@ def test_a_changed_verdict_word_fails_whatever_the_tolerance(outcome):
 
 def test_identical_output_passes(outcome):
     assert 5 in outcome[0]
+
+
+def _items(names: list[str]) -> list[SimpleNamespace]:
+    """Stand-ins for collected items: a golden's cell ("x.ipynb") or a unit test ("test_x.py")."""
+    return [SimpleNamespace(fspath=Path(name), name=name) for name in names]
+
+
+def test_goldens_run_in_reading_order_after_the_unit_tests_in_one_process():
+    from ddcl_theory.ledger import nbval_numeric
+    from ddcl_theory.runtime.paths import chapter_order
+
+    first, second = chapter_order()[:2]
+    items = _items(["ledger.ipynb", f"{second}.ipynb", "test_a.py", f"{first}.ipynb"])
+    nbval_numeric.pytest_collection_modifyitems(None, SimpleNamespace(), items)
+    assert [i.name for i in items] == ["test_a.py", f"{first}.ipynb", f"{second}.ipynb",
+                                       "ledger.ipynb"]
+
+
+def test_xdist_workers_take_the_chapters_first_and_the_ledger_last():
+    from ddcl_theory.ledger import nbval_numeric
+    from ddcl_theory.runtime.paths import chapter_order
+
+    first, second = chapter_order()[:2]
+    items = _items(["ledger.ipynb", "test_a.py", f"{second}.ipynb", f"{first}.ipynb"])
+    worker = SimpleNamespace(workerinput={"testrunuid": "t"})
+    nbval_numeric.pytest_collection_modifyitems(None, worker, items)
+    assert [i.name for i in items] == [f"{first}.ipynb", f"{second}.ipynb", "test_a.py",
+                                       "ledger.ipynb"]
+
+
+def test_the_ledger_waits_for_the_chapters_other_workers_run(tmp_path, monkeypatch):
+    import tempfile
+
+    from ddcl_theory.ledger import nbval_numeric
+    from ddcl_theory.runtime.paths import chapter_order
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(nbval_numeric, "LEDGER_WAIT_S", 0.2)
+    first = chapter_order()[0]
+    config = SimpleNamespace(workerinput={"testrunuid": "run1"})
+    items = _items([f"{first}.ipynb", "test_a.py", "ledger.ipynb"])
+    ledger = SimpleNamespace(fspath=Path("ledger.ipynb"), config=config,
+                             session=SimpleNamespace(items=items))
+    with pytest.raises(RuntimeError, match=first):
+        nbval_numeric._await_chapters(ledger)
+    (tmp_path / "ddcl-nbval-run1" / f"{first}.done").touch()
+    nbval_numeric._await_chapters(ledger)  # returns at once
