@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from ddcl_theory.ledger import stats
+from ddcl_theory.ledger.claims import rule_of
 from ddcl_theory.ledger.tolerance import Tolerance
 from ddcl_theory.ledger.verdict import Verdict
 
@@ -80,7 +81,8 @@ def decide_l10(sweep) -> Verdict:
     diff = lap - std
     mde = detectable_effect(diff)
     acc_lap, acc_std = _values(sweep, "all", -1, "image_acc"), _values(sweep, "0", -1, "image_acc")
-    acc_low, acc_high = paired_interval(acc_lap, acc_std)
+    acc_interval, miou_interval = stats.paired_t(acc_lap, acc_std), stats.paired_t(lap, std)
+    acc_low, acc_high = acc_interval.low, acc_interval.high
     trend = {str(steps): round(float(np.mean(_values(sweep, "all", i) - _values(sweep, "0", i))),
                                4)
              for i, steps in enumerate(st.steps)}
@@ -91,10 +93,8 @@ def decide_l10(sweep) -> Verdict:
     above_floor = bool(np.mean(trained) > max(np.mean(untrained), sweep.raw.miou))
     if n < MIN_SEEDS or unfinished or fell or not above_floor:
         word = "inconclusive"
-    else:
-        words = {stats.decide(lo, hi, side=">") for lo, hi in ((low, high), (acc_low, acc_high))}
-        word = ("not reproduced" if "not reproduced" in words
-                else "reproduced" if words == {"reproduced"} else "inconclusive")
+    else:                    # the registry's rule: its tests in order (image probe, then mIoU)
+        word = rule_of("L10").decide([acc_interval, miou_interval])
     reasons = []
     if n < MIN_SEEDS:
         reasons.append(f"only {n} paired seeds (rule: >= {MIN_SEEDS})")
@@ -123,5 +123,5 @@ def decide_l10(sweep) -> Verdict:
                             "image_acc_interval": [acc_low, acc_high],
                             "unfinished": len(unfinished), "collapsed": len(fell),
                             "above_floor": above_floor},
-                   rule=RULE, n_seeds=n, interval=(low, high), scale=f"{st.steps[-1]} steps",
+                   rule=rule_of("L10").text, n_seeds=n, interval=(low, high), scale=f"{st.steps[-1]} steps",
                    trend=trend, tolerance=TRAINING)
