@@ -161,7 +161,9 @@ function () {
     wrapper.className = ledger.parentElement.className;
     var wide = document.createElement("table");
     wide.className = "table";
-    wide.innerHTML = "<tbody><tr><td>D0</td><td>" + "unbreakable".repeat(300) + "</td></tr></tbody>";
+    // a cell that cannot wrap (the book lets table cells wrap, so a long word alone would fit)
+    wide.innerHTML = "<tbody><tr><td>D0</td><td style=\"white-space: nowrap; " +
+      "overflow-wrap: normal\">" + "unbreakable ".repeat(300) + "</td></tr></tbody>";
     wrapper.appendChild(wide);
     ledger.parentElement.after(wrapper);
     out.tooWide = measure(wide);
