@@ -196,8 +196,11 @@ def test_summary_rows_and_markdown(tmp_path):
     assert "No reference run" in reference.summary_markdown([])
 
 
-def test_reference_dir_follows_the_results_switch(tmp_path, monkeypatch):
+def test_reference_dir_is_the_committed_one_unless_named(tmp_path, monkeypatch):
     from ddcl_theory.runtime import paths
-    monkeypatch.setenv(paths.RESULTS_ENV, str(tmp_path))
-    assert reference.reference_dir() == tmp_path / "reference"
+    monkeypatch.delenv(reference.REFERENCE_ENV, raising=False)
+    monkeypatch.setenv(paths.RESULTS_ENV, str(tmp_path))       # CI's scratch folder for verdicts
+    assert reference.reference_dir() == paths.repo_root() / "results" / "reference"
+    monkeypatch.setenv(reference.REFERENCE_ENV, str(tmp_path / "ref"))
+    assert reference.reference_dir() == tmp_path / "ref"
     assert reference.reference_dir(tmp_path / "r") == tmp_path / "r" / "reference"

@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 from ddcl_theory.runtime.io import write_json
-from ddcl_theory.runtime.paths import RESULTS_ENV, repo_root, results_dir
+from ddcl_theory.runtime.paths import repo_root, results_dir
 
 REFERENCE = "reference"
 #: The subpackages whose code decides a reference result (the science and the experiments);
@@ -34,11 +34,20 @@ SCIENCE = ("experiments", "layers", "models", "theory", "metrics", "data", "func
 PACKAGE = "ddcl_theory"
 
 
+#: Where the ledger reads reference results, when not the checkout's ``results/reference``.
+REFERENCE_ENV = "DDCL_REFERENCE_DIR"
+
+
 def reference_dir(results: Path | None = None) -> Path:
-    """``<results>/reference``; ``results`` defaults to ``$DDCL_RESULTS_DIR``, else the
-    checkout's ``results/`` (whatever the profile; not created)."""
-    if results is None and os.environ.get(RESULTS_ENV):
-        results = Path(os.environ[RESULTS_ENV])
+    """``<results>/reference``; without ``results``: ``$DDCL_REFERENCE_DIR``, else the checkout's
+    committed ``results/reference`` (whatever the profile; not created).
+
+    It does not follow ``$DDCL_RESULTS_DIR``: reference results are committed data that the
+    cpu-profile chapters read, and CI points ``$DDCL_RESULTS_DIR`` at a scratch folder for the
+    verdicts the chapters write, not for what they read.
+    """
+    if results is None and os.environ.get(REFERENCE_ENV):
+        return Path(os.environ[REFERENCE_ENV])
     if results is None:
         root = repo_root()
         results = (root if root is not None else Path.cwd()) / "results"
