@@ -411,6 +411,7 @@ def test_ledger_shows_paper_profile_verdicts_beside_cpu_ones_only_when_they_exis
                                                                                    monkeypatch):
     from ddcl_theory.ledger import claims
     monkeypatch.setenv("DDCL_RESULTS_DIR", str(tmp_path))
+    monkeypatch.setenv("DDCL_REFERENCE_DIR", str(tmp_path / "no-reference-run"))
     monkeypatch.delenv(claims.PAPER_LEDGER_ENV, raising=False)
     cpu = claims.Chapter("a")
     cpu.settle("L6", "qualified", "small ViT", our_value="+1 point")

@@ -17,12 +17,12 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ddcl_theory.ledger.reference import reference_dir
 from ddcl_theory.ledger.tolerance import Tolerance
 from ddcl_theory.ledger.verdict import VERDICTS, Verdict
 from ddcl_theory.runtime import profile
-from ddcl_theory.runtime.paths import results_dir
 from ddcl_theory.runtime.io import atomic_write_text
-
+from ddcl_theory.runtime.paths import results_dir
 
 DDCL = "Cirrincione & Kumar 2026 (arXiv:2604.03850)"
 LAPLACIAN = "Zhang & Papyan 2026 (arXiv:2602.09297)"
@@ -510,12 +510,15 @@ def paper_verdicts_dir() -> Path | None:
 
 def reference_verdicts_dir(directory: Path | None = None) -> Path | None:
     """The reference profile's verdicts beside the cpu ones: ``<directory>/../reference/
-    verdicts`` (default ``results/reference/verdicts``) when the cpu profile is active, it
-    holds verdict files and ``DDCL_LEDGER_REFERENCE`` is not ``0``; None otherwise."""
+    verdicts``, by default the committed ones (:func:`ddcl_theory.ledger.reference.reference_dir`,
+    which does not follow ``DDCL_RESULTS_DIR``) when the cpu profile is active, it holds verdict
+    files and ``DDCL_LEDGER_REFERENCE`` is not ``0``; None otherwise."""
     if profile.current().name != "cpu" or _switched_off(REFERENCE_LEDGER_ENV):
         return None
-    base = Path(directory).parent if directory is not None else results_dir()
-    folder = base / "reference" / "verdicts"
+    if directory is not None:
+        folder = Path(directory).parent / "reference" / "verdicts"
+    else:
+        folder = reference_dir() / "verdicts"
     return folder if folder.is_dir() and any(folder.glob("*.json")) else None
 
 
