@@ -5,7 +5,9 @@ from ddcl_theory.runtime.rundir import RunDir
 
 
 class Killed(Exception):
-    pass
+    """Raised by :class:`KilledAfter`: stands for the process being killed."""
+
+
 class KilledAfter(RunDir):
     """A run directory whose process dies right after its ``saves``-th state save."""
 

@@ -14,6 +14,8 @@ from ddcl_theory.models.vit_readout import ViTDDCL
 from ddcl_theory.runtime import profile
 from ddcl_theory.runtime.rundir import RunDir
 
+from _killers import Killed, KilledAfter
+
 
 def test_vit_ddcl_shapes_and_pooled_readout():
     model = ViTDDCL(16, 12, 10, dim=8, depth=1, heads=2, laplacian_heads=2, num_prototypes=4,
@@ -87,24 +89,6 @@ def test_x2_verdict_follows_the_signs(tiny_sweep):
     assert v.word == expected
 
 
-class _Killed(Exception):
-    pass
-
-
-class _KilledAfter(RunDir):
-    """A run directory whose process dies right after its ``saves``-th state save."""
-
-    def __init__(self, *args, saves: int, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.left = saves
-
-    def save_state(self, *args, **kwargs) -> None:
-        super().save_state(*args, **kwargs)
-        self.left -= 1
-        if self.left == 0:
-            raise _Killed
-
-
 def _same(a: lr.ReadoutRun, b: lr.ReadoutRun) -> bool:
     path_a, path_b = a.separation_path, b.separation_path
     return (dataclasses.replace(a, separation_path={}) == dataclasses.replace(b, separation_path={})
@@ -116,8 +100,8 @@ def test_a_killed_readout_run_resumes_to_the_same_numbers(tmp_path):
     *tensors, _, num_classes = lv.prepare_patches(s.vit)
     args = (s, "all", 1, tuple(tensors), num_classes, "cpu")
     whole = lr.train_one(*args)
-    with pytest.raises(_Killed):                          # killed after epoch 1 of 3
-        lr.train_one(*args, _KilledAfter("x2-test", s, root=tmp_path, enabled=True, saves=1))
+    with pytest.raises(Killed):                          # killed after epoch 1 of 3
+        lr.train_one(*args, KilledAfter("x2-test", s, root=tmp_path, enabled=True, saves=1))
     run = RunDir("x2-test", s, root=tmp_path, enabled=True)
     resumed = lr.train_one(*args, run)
     assert _same(resumed, whole) and resumed.separation_path["min"].shape == (4,)

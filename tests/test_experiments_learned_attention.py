@@ -8,23 +8,7 @@ import pytest
 from ddcl_theory.experiments import learned_attention as la
 from ddcl_theory.runtime.rundir import RunDir
 
-
-class _Killed(Exception):
-    pass
-
-
-class _KilledAfter(RunDir):
-    """A run directory whose process dies right after its ``saves``-th state save."""
-
-    def __init__(self, *args, saves: int, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.left = saves
-
-    def save_state(self, *args, **kwargs) -> None:
-        super().save_state(*args, **kwargs)
-        self.left -= 1
-        if self.left == 0:
-            raise _Killed
+from _killers import Killed, KilledAfter
 
 
 def test_learned_attention_matrices_are_stochastic_and_causal():
@@ -40,8 +24,8 @@ def test_a_killed_training_resumes_to_the_same_attention(tmp_path, causal):
     s = la.LearnedAttentionSettings(causal=causal, seq_len=8, dim=8, heads=2, steps=20,
                                     samples=2)
     whole = la._train(s)
-    with pytest.raises(_Killed):
-        la._train(s, _KilledAfter("la-test", s, root=tmp_path, enabled=True, saves=4))
+    with pytest.raises(Killed):
+        la._train(s, KilledAfter("la-test", s, root=tmp_path, enabled=True, saves=4))
     run = RunDir("la-test", s, root=tmp_path, enabled=True)
     assert run.state_path("state").is_file()
     resumed = la._train(s, run)
