@@ -20,3 +20,19 @@ class KilledAfter(RunDir):
         self.left -= 1
         if self.left == 0:
             raise Killed
+
+
+def killing_fit(monkeypatch, module, after_round: int) -> None:
+    """Make ``module.fit`` (an experiment's import of the training loop) raise after round
+    ``after_round``: a kill between two checkpoint saves."""
+    real = module.fit
+
+    def fit(*args, end_of_round, **kwargs):
+        def end(r):
+            record = end_of_round(r)
+            if r == after_round:
+                raise KeyboardInterrupt
+            return record
+        return real(*args, end_of_round=end, **kwargs)
+
+    monkeypatch.setattr(module, "fit", fit)

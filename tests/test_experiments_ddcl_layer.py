@@ -10,6 +10,8 @@ import torch
 from ddcl_theory.experiments import ddcl_layer as dl
 from ddcl_theory.runtime.rundir import RunDir
 
+from _killers import killing_fit
+
 TINY_TRANSFORMER = dl.TransformerSettings(n_train=60, n_test=20, epochs=3, batch_size=20, dim=16,
                                           num_prototypes=4)
 TINY_PATCHES = dl.PatchSettings(n_images=10, n_test=4, steps=6)
@@ -17,17 +19,7 @@ TINY_PATCHES = dl.PatchSettings(n_images=10, n_test=4, steps=6)
 
 def _killing_fit(monkeypatch, after_round: int):
     """Make the experiment's ``fit`` raise after round ``after_round`` (a kill between saves)."""
-    real = dl.fit
-
-    def fit(*args, end_of_round, **kwargs):
-        def end(r):
-            record = end_of_round(r)
-            if r == after_round:
-                raise KeyboardInterrupt
-            return record
-        return real(*args, end_of_round=end, **kwargs)
-
-    monkeypatch.setattr(dl, "fit", fit)
+    killing_fit(monkeypatch, dl, after_round)
 
 
 def _data(s: dl.TransformerSettings):

@@ -10,6 +10,8 @@ import torch
 from ddcl_theory.experiments import eps_ablation as ea
 from ddcl_theory.metrics import prototypes as protos
 
+from _killers import killing_fit
+
 TINY = ea.AblationSettings(eps_values=(0.1, 1.0), seeds=(0,), n_train_per_class=6, n_test=20,
                            hidden=8, dim=4, num_prototypes=3, epochs=2, batch_size=8)
 
@@ -117,17 +119,7 @@ def test_a_diverged_run_counts_as_collapsed_even_with_finite_last_separation():
 
 def _killing_fit(monkeypatch, after_round: int):
     """Make the experiment's ``fit`` raise after round ``after_round`` (a kill between saves)."""
-    real = ea.fit
-
-    def fit(*args, end_of_round, **kwargs):
-        def end(r):
-            record = end_of_round(r)
-            if r == after_round:
-                raise KeyboardInterrupt
-            return record
-        return real(*args, end_of_round=end, **kwargs)
-
-    monkeypatch.setattr(ea, "fit", fit)
+    killing_fit(monkeypatch, ea, after_round)
 
 
 def test_a_killed_run_resumes_to_the_same_history(tmp_path, monkeypatch):
