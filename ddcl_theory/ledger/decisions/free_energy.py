@@ -34,13 +34,15 @@ def decide_d7(rates_v: Sequence[float], spread_above_threshold: Sequence[float],
     for L_q.
     """
     attractive = max(rates_v) <= 1e-9
+    n_banks, n_quiet = len(rates_v), sum(1 for r in rates_v if r <= 1e-9)
+    quiet = f"all {n_banks}" if n_quiet == n_banks else f"{n_quiet} of {n_banks}"
     contracts = spread_above_threshold[-1] < spread_above_threshold[0]
     return Verdict(
         "D7", decided_by("refuted", attractive and contracts, "qualified"),
         "The layer trains L_q with q differentiated, L_q = F + tau H; descent of L_q is not "
         "descent of the free energy F. The V part of the velocity, -2 Sigma_q P (the q-fixed "
         "gradient of V, the claim's force), is a consensus flow: it keeps the prototype mean "
-        "and never increases the spread (all 200 random banks). V >= 0 vanishes at collapse, "
+        f"and never increases the spread ({quiet} random banks). V >= 0 vanishes at collapse, "
         "so collapse is V's global minimum whether q is differentiated or not; its Hessian "
         "there is (2N/K) I on zero-sum directions. It is not repulsive. Collapse is a critical "
         "point of both losses at every tau. For the trained L_q it is a strict local minimum "
@@ -53,7 +55,7 @@ def decide_d7(rates_v: Sequence[float], spread_above_threshold: Sequence[float],
         our_value=f"threshold of the trained L_q 4 lambda_max = {t_trained:.4g} (CIFAR patches), "
                   f"autograd Hessian sign change at {t_hessian_trained / t_trained:.6f} of it; "
                   f"F's T_c = {t_c:.4g}, sign change at {t_hessian / t_c:.6f} T_c; V-part "
-                  f"spread rate <= 0 on 200/200 banks",
+                  f"spread rate <= 0 on {n_quiet}/{n_banks} banks",
         numbers={"t_c": t_c, "t_hessian": t_hessian, "t_trained": t_trained,
                  "t_hessian_trained": t_hessian_trained, "max_rate_v": float(max(rates_v))},
         rule=D7_RULE)
