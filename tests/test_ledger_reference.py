@@ -204,3 +204,17 @@ def test_reference_dir_is_the_committed_one_unless_named(tmp_path, monkeypatch):
     monkeypatch.setenv(reference.REFERENCE_ENV, str(tmp_path / "ref"))
     assert reference.reference_dir() == tmp_path / "ref"
     assert reference.reference_dir(tmp_path / "r") == tmp_path / "r" / "reference"
+
+
+def test_describe_committed_shows_word_interval_scale_and_trend(tmp_path):
+    import json
+    from ddcl_theory.ledger.reference import describe_committed
+    (tmp_path / "verdicts").mkdir()
+    (tmp_path / "verdicts" / "demo.json").write_text(json.dumps([{
+        "id": "D99", "verdict": "inconclusive", "evidence": "a straddling interval",
+        "decision": {"n_seeds": 5, "interval": [-0.01, 0.02], "scale": "300 steps",
+        "trend": {"100 steps": 0.0, "300 steps": 0.005}}}]))
+    text = describe_committed("demo", tmp_path)
+    assert "D99: inconclusive" in text and "n = 5" in text and "[-0.01, +0.02]" in text
+    assert "at 300 steps" in text and "300 steps" in text.split("trend:")[1]
+    assert "No reference run" in describe_committed("other", tmp_path)

@@ -187,6 +187,46 @@ def read_reference(folder: Path | None = None) -> dict[str, dict]:
     return out
 
 
+def committed(chapter: str, folder: Path | None = None) -> dict | None:
+    """The committed reference result of ``chapter`` (``{"verdicts": [...], "provenance": ...}``,
+    from :func:`read_reference` of ``folder``, default the checkout's ``results/reference``), or
+    None when none is committed."""
+    return read_reference(folder).get(chapter)
+
+
+def describe_committed(chapter: str, folder: Path | None = None, width: int = 88) -> str:
+    """The committed reference verdicts of ``chapter`` as text for its page, beside the live
+    cpu run: per claim the word, its evidence, n, the 95% interval, the scale it was decided at
+    and the trend; the time the chapter took. A sentence when none is committed."""
+    import textwrap
+    entry = committed(chapter, folder)
+    if entry is None:
+        return (f"No reference run of this chapter is committed yet (make reference "
+                f"NAMES={chapter}).")
+    prov = entry["provenance"] or {}
+    lines = [f"reference profile, {prov.get('seconds') or 0:.0f} s for the chapter, commit "
+             f"{(prov.get('git_commit') or '?')[:12]}:"]
+    for row in entry["verdicts"]:
+        decision = row.get("decision") or {}
+        lines.append(f"{row['id']}: {row['verdict']}")
+        lines.append(textwrap.fill(row.get("evidence") or "", width, initial_indent="  ",
+                                   subsequent_indent="  "))
+        facts = []
+        if decision.get("n_seeds") is not None:
+            facts.append(f"n = {decision['n_seeds']}")
+        if decision.get("interval") is not None:
+            low, high = decision["interval"]
+            facts.append(f"95% interval [{low:+.4g}, {high:+.4g}]")
+        if decision.get("scale"):
+            facts.append(f"at {decision['scale']}")
+        if facts:
+            lines.append("  " + ", ".join(facts))
+        if decision.get("trend"):
+            lines.append(textwrap.fill(f"trend: {decision['trend']}", width,
+                                       initial_indent="  ", subsequent_indent="    "))
+    return "\n".join(lines)
+
+
 def stale(folder: Path | None = None, root: Path | None = None) -> list[str]:
     """One line per reference result whose code changed since it was computed (a digest in
     its provenance differs from the checkout, or a module is gone), or that has no provenance.
