@@ -21,11 +21,20 @@ HOT = np.array([[0.5, 0.0, 0.0, 0.0], [0.6, 1e-9, 1e-9, 1e-12]])
 COLD = np.array([[0.0, 0.4, 0.05], [0.2, 0.5, 0.06]])
 
 
-def test_d10_refuted_by_a_rising_f_or_full_collapse_confirmed_otherwise():
-    v = dec.decide_d10(0.3, HOT, COLD)
-    assert v.word == "refuted" and "S_min < 1e-6 on 1/5 starts with S_mean 0.4" in v.our_value
-    assert dec.decide_d10(0.0, HOT, COLD).word == "refuted"            # collapse found
+def test_d10_is_settled_by_reading_g_with_reading_f_shown():
+    v = dec.decide_d10(0.3, HOT, COLD, max_g_rise=0.0)
+    assert v.word == "refuted"                                   # G holds, but collapse found
+    assert "S_min < 1e-6 on 1/2 starts with S_mean 0.4" in v.our_value
+    assert "Reading G: G is a Lyapunov function" in v.evidence
+    assert "Reading F: F is not a Lyapunov function under cooling (it rises by up to 0.3)" \
+        in v.evidence
+    assert v.numbers["reading_G_holds"] is False and v.numbers["reading_F_holds"] is False
     spread = HOT.copy()
     spread[:, 1:] = 0.3
-    assert dec.decide_d10(0.3, spread, COLD).word == "refuted"          # F rises
-    assert dec.decide_d10(0.0, spread, COLD).word == "confirmed"
+    both = dec.decide_d10(0.0, spread, COLD, max_g_rise=0.0)
+    assert both.word == "confirmed" and both.numbers["reading_F_holds"]
+    only_g = dec.decide_d10(0.3, spread, COLD, max_g_rise=0.0)     # F rises, G does not
+    assert only_g.word == "confirmed" and not only_g.numbers["reading_F_holds"]
+    assert "the reading fails" in only_g.evidence and "the reading holds" in only_g.evidence
+    g_rises = dec.decide_d10(0.0, spread, COLD, max_g_rise=1e-6)
+    assert g_rises.word == "refuted" and g_rises.numbers["reading_F_holds"]
