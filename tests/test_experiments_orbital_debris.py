@@ -117,8 +117,9 @@ def test_generator_rejects_bad_arguments():
 
 # ----------------------------------------------------------------------------- the experiment
 def _tiny(**kw):
-    base = dict(n_objects=300, seeds=(0, 1), epochs=30, temperature_sweep=(0.1,),
-                relative_temperature=0.1, kmeans_restarts=2, readout_hidden=8)
+    base = dict(n_objects=300, trend_objects=(100,), seeds=(0, 1), epochs=30,
+                temperature_sweep=(0.1,), relative_temperature=0.1, kmeans_restarts=2,
+                readout_hidden=8, gmm_covariances=("full", "diag"))
     base.update(kw)
     return od.DebrisSettings(**base)
 
@@ -132,12 +133,63 @@ def test_debris_experiment_checks_v_and_the_decomposition_every_epoch(tiny_resul
     traced = [r for r in tiny_result.runs if r.trace is not None]
     assert {r.method for r in traced} == {"ddcl", "ddcl_sgd", "readout"}
     for r in traced:
-        assert len(r.trace.v) == 30 and r.trace.min_v >= 0
+        assert len(r.trace.v) == len(r.trace.loss) == 30 and r.trace.min_v >= 0
         assert max(r.trace.identity_error) < 1e-3
         assert r.trace.separation_path("min").shape == (31,)
+        assert r.trace.convergence.window == 3
     for r in tiny_result.runs:
-        assert 0 < r.acc <= 1 and r.fill.true_sizes.sum() == 300
-        assert r.fill.cluster_sizes.sum() == 300
+        assert 0 < r.acc <= 1 and r.fill.true_sizes.sum() == r.n_objects
+        assert r.fill.cluster_sizes.sum() == r.n_objects
+
+
+def test_debris_experiment_runs_the_deciding_pair_and_peers_at_every_size(tiny_result):
+    by_size = {n: {r.method for r in tiny_result.runs if r.n_objects == n and r.overlap}
+               for n in (100, 300)}
+    assert by_size[100] == {"ddcl", "kmeans1", "kmeans", "gmm"}
+    assert by_size[300] == set(od.METHODS)
+    assert not any(r.n_objects == 100 and not r.overlap for r in tiny_result.runs)
+    for n in (100, 300):
+        assert [r.seed for r in tiny_result.select("ddcl", n=n)] == [0, 1]
+        assert [r.seed for r in tiny_result.select("kmeans1", n=n)] == [0, 1]
+    head = tiny_result.select("ddcl")[0]
+    assert sorted(head.acc_at) == [1, 6, 30] and head.acc_at[30] == head.acc
+    assert all(r.config == "n_init=1" for r in tiny_result.select("kmeans1"))
+    assert all(r.config.startswith("covariance_type=") and r.config.endswith("n_init=1")
+               for r in tiny_result.select("gmm"))
+
+
+def test_the_head_and_readout_take_the_threshold_of_the_loss_they_train(monkeypatch):
+    seen = []
+    real = od.critical_temperature
+
+    def spy(z, objective="free_energy"):
+        seen.append(objective)
+        return real(z, objective=objective)
+
+    monkeypatch.setattr(od, "critical_temperature", spy)
+    x = od.standardise(D.generate(100, 0).features)
+    od.fit_ddcl_head(x, 4, 0.1, 2, 0.05, 0)
+    od.fit_ddcl_readout(x, 4, 0.1, 2, 0.01, 8, 4, 0.25, 0)
+    assert seen == ["quantisation", "quantisation"]
+
+
+def test_checkpoint_epochs_and_gmm():
+    assert od.checkpoint_epochs(500) == (20, 100, 500)
+    assert od.checkpoint_epochs(5) == (1, 5)
+    with pytest.raises(ValueError, match="epochs"):
+        od.checkpoint_epochs(0)
+    x = od.standardise(D.generate(300, 0).features)
+    pred, cov = od.fit_gmm(x, 4, 1, 0, ("spherical",))
+    assert cov == "spherical" and pred.shape == (300,) and set(pred) <= {0, 1, 2, 3}
+
+
+def test_settings_reject_bad_trend_sizes_and_covariances():
+    with pytest.raises(ValueError, match="trend_objects"):
+        _tiny(trend_objects=(300,))
+    with pytest.raises(ValueError, match="trend_objects"):
+        _tiny(trend_objects=(200, 100))
+    with pytest.raises(ValueError, match="gmm_covariances"):
+        _tiny(gmm_covariances=("banana",))
 
 
 def test_debris_experiment_is_deterministic(tiny_result):
@@ -145,14 +197,11 @@ def test_debris_experiment_is_deterministic(tiny_result):
     assert [r.acc for r in again.runs] == [r.acc for r in tiny_result.runs]
 
 
-def test_d13_verdict_reports_every_part(tiny_result):
-    variants = {m: od.variant_parts(tiny_result, m) for m in ("ddcl", "readout")}
-    v = decide_d13(tiny_result, variants)
-    assert v.word in ("reproduced", "qualified", "not reproduced")
-    parts = v.numbers["parts"]
-    assert set(parts) == {"v"} | {f"{p} ({m})" for p in ("acc", "monotone", "fills")
-                                  for m in ("ddcl", "readout")}
-    assert parts["v"]
+def test_d13_verdict_on_a_tiny_run(tiny_result):
+    v = decide_d13(tiny_result, od.variant_parts(tiny_result, "ddcl"))
+    assert v.word == "inconclusive" and v.n_seeds == 2 and v.numbers["v_ok"]
+    assert list(v.trend) == ["100 objects", "300 objects"]
+    assert "monotone in" in v.evidence
 
 
 @pytest.mark.parametrize("fit_variant", ["head", "readout"])
@@ -201,10 +250,14 @@ def test_standardise_gives_zero_mean_unit_variance_columns():
 def test_paper_profile_changes_the_debris_settings(monkeypatch):
     monkeypatch.setenv(profile.PROFILE_ENV, "cpu")
     cpu = od.DebrisSettings.from_profile()
+    monkeypatch.setenv(profile.PROFILE_ENV, "reference")
+    reference = od.DebrisSettings.from_profile()
     monkeypatch.setenv(profile.PROFILE_ENV, "paper")
     paper = od.DebrisSettings.from_profile()
-    assert cpu != paper and cpu.epochs == paper.epochs == 500
-    assert len(cpu.seeds) >= 5
+    assert cpu != paper and cpu.epochs == paper.epochs == reference.epochs == 500
+    assert len(cpu.seeds) >= 5 and cpu.object_scales == (3000,)
+    assert len(reference.seeds) == len(paper.seeds) == 10        # the D13 rule's seeds
+    assert len(reference.object_scales) >= 3 and len(paper.object_scales) >= 3
 
 
 def test_decreases_and_largest_drop_measure_falls_below_the_running_maximum():
