@@ -3,6 +3,9 @@ from __future__ import annotations
 
 from types import SimpleNamespace as NS
 
+import numpy as np
+
+from ddcl_theory.ledger.claims import rule_of
 from ddcl_theory.ledger.decisions import ddcl_layer as dec
 
 D1_OK = dict(min_q=0.0, row_error=1e-7, centroid_error=1e-6, rule_error=1e-8, inside_box=True,
@@ -33,20 +36,67 @@ def test_d2_confirmed_for_affine_counts_and_linear_against_quadratic_slopes():
     assert dec.decide_d2(not_affine, slope_ddcl=1.0, slope_sdpa=2.0, **STORED).word == "refuted"
 
 
-def _log(acc, v=(0.5, 0.3), finite=True):
-    return NS(all_finite=finite, v=list(v), test_acc=[0.1, acc])
+def _log(acc_end, v=(0.5, 0.3), finite=True, curve=(2.3, 2.0, 1.9, 1.89, 1.88, 1.88)):
+    return NS(all_finite=finite, min_v=min(v) if v else float("nan"), train_loss=list(curve),
+              test_acc=[0.1, 0.12, acc_end])
 
 
-def test_d15_reproduced_when_trainable_above_chance_and_not_otherwise():
-    settings = NS(epochs=4, n_train=1000, n_test=500)
-    good = NS(logs={"ddcl": _log(0.22), "mean": _log(0.3), "block": _log(0.27)}, chance=0.1)
-    v = dec.decide_d15(good, settings)
+class _Result:
+    """A TransformerResult stand-in: runs[variant] = logs, per_seed as the real one."""
+
+    def __init__(self, runs, chance=0.1, epochs=3):
+        n = len(runs["ddcl"])
+        self.runs, self.chance = runs, chance
+        self.settings = NS(seeds=tuple(range(n)), epochs=epochs, n_train=1000, n_test=1000,
+                           scales=(1, 2, 3))
+
+    def per_seed(self, variant, field, epoch=None):
+        vals = [getattr(log, field) for log in self.runs[variant]]
+        if field == "test_acc":
+            vals = [v[-1 if epoch is None else epoch - 1] for v in vals]
+        return np.array(vals, dtype=float)
+
+
+ACC = {"ddcl": (0.22, 0.25, 0.24, 0.23, 0.26), "mean": (0.3, 0.31, 0.29, 0.3, 0.32),
+       "block": (0.27, 0.26, 0.28, 0.29, 0.27)}
+
+
+def _result(acc=ACC, **log_kwargs):
+    over = log_kwargs.pop("only", None)
+    return _Result({k: [_log(a, **(log_kwargs if over in (None, k) else {})) for a in accs]
+                    for k, accs in acc.items()})
+
+
+def test_d15_reproduced_when_both_intervals_clear_the_margin_with_the_rule_and_trend():
+    v = dec.decide_d15(_result())
     assert v.word == "reproduced" and v.tolerance is dec.D15_TOLERANCE
-    assert "acc readout 0.220, block 0.270, mean pool 0.300, chance 0.10" == v.our_value
-    near_chance = NS(logs={**good.logs, "block": _log(0.12)}, chance=0.1)
-    assert dec.decide_d15(near_chance, settings).word == "not reproduced"
-    blown_up = NS(logs={**good.logs, "ddcl": _log(0.22, finite=False)}, chance=0.1)
-    assert dec.decide_d15(blown_up, settings).word == "not reproduced"
+    assert v.rule == rule_of("D15").text and v.n_seeds == 5
+    assert v.our_value.startswith("acc readout 0.240 +- 0.016, block 0.274")
+    low, high = v.interval           # the binding one: the readout's (closer to the margin)
+    assert 0.05 < low < 0.14 < high and v.numbers["intervals"]["readout"] == [low, high]
+    assert list(v.trend) == ["1 epochs", "2 epochs", "3 epochs"]
+    assert v.trend["1 epochs"] == [0.0, 0.0, 0.0] and v.trend["3 epochs"][0] == 0.14
+    assert "smallest detectable effect" in v.evidence and "no number" in v.evidence
+
+
+def test_d15_not_reproduced_when_an_interval_lies_below_the_margin():
+    near_chance = {**ACC, "block": (0.12, 0.13, 0.11, 0.12, 0.13)}
+    assert dec.decide_d15(_result(near_chance)).word == "not reproduced"
+
+
+def test_d15_inconclusive_when_an_interval_straddles_or_seeds_are_few_or_runs_unfinished():
+    wide = {**ACC, "ddcl": (0.1, 0.3, 0.12, 0.28, 0.14)}
+    assert dec.decide_d15(_result(wide)).word == "inconclusive"
+    three = {k: a[:3] for k, a in ACC.items()}
+    v = dec.decide_d15(_result(three))
+    assert v.word == "inconclusive" and "fewer than the rule's 5" in v.evidence
+    moving = dec.decide_d15(_result(curve=(2.3, 2.1, 1.9, 1.7, 1.5, 1.3), only="block"))
+    assert moving.word == "inconclusive" and "5 of 10 deciding runs" in moving.evidence
+
+
+def test_d15_requirement_non_finite_loss_or_negative_v_is_not_reproduced():
+    assert dec.decide_d15(_result(finite=False, only="mean")).word == "not reproduced"
+    assert dec.decide_d15(_result(v=(0.5, -1e-3), only="ddcl")).word == "not reproduced"
 
 
 def test_d16_qualified_only_for_explained_variance_and_peaked_assignments():

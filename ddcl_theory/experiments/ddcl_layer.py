@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -162,13 +163,22 @@ SMOKE_IMAGES = 200
 
 @dataclass(frozen=True)
 class TransformerSettings:
-    """Settings of :func:`run_transformer` (values from the active profile by default)."""
+    """Settings of :func:`run_transformer` (values from the active profile by default).
 
-    n_train: int = field(default_factory=lambda: profile.current().pick(cpu=1000, paper=10000,
-                                                                          smoke=SMOKE_IMAGES))
-    n_test: int = field(default_factory=lambda: profile.current().pick(cpu=500, paper=1000,
-                                                                         smoke=SMOKE_IMAGES))
-    epochs: int = field(default_factory=lambda: profile.current().pick(cpu=4, paper=30, smoke=1))
+    cpu: 3 seeds, 400 training images, 4 epochs (a regression run; fewer seeds than the D15
+    rule, so its word is at best inconclusive); reference: the rule's 5 seeds, 1,000 images,
+    12 epochs; paper: 5 seeds, 10,000 images, 30 epochs. The learning rate decays on a cosine
+    schedule over all steps of the run, so the last epochs are the run's finish.
+    """
+
+    n_train: int = field(default_factory=lambda: profile.current().pick(
+        cpu=400, reference=1000, paper=10000, smoke=SMOKE_IMAGES))
+    n_test: int = field(default_factory=lambda: profile.current().pick(
+        cpu=500, reference=1000, paper=1000, smoke=SMOKE_IMAGES))
+    epochs: int = field(default_factory=lambda: profile.current().pick(
+        cpu=4, reference=12, paper=30, smoke=1))
+    seeds: tuple[int, ...] = field(default_factory=lambda: profile.current().pick(
+        cpu=(0, 1, 2), reference=(0, 1, 2, 3, 4), paper=(0, 1, 2, 3, 4), smoke=(0,)))
     batch_size: int = 50
     lr: float = 2e-3
     patch: int = 4
@@ -179,7 +189,19 @@ class TransformerSettings:
     ddcl_heads: int = 2
     temperature: float = 1.0
     beta: float = 0.01
-    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds: expected distinct seeds, got {self.seeds!r}")
+        for name in ("n_train", "n_test", "epochs", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: expected >= 1, got {getattr(self, name)}")
+
+    @property
+    def scales(self) -> tuple[int, ...]:
+        """The epochs at which the scale trend reads the runs (about a quarter, a half and all
+        of the run; fewer when the run is shorter than four epochs)."""
+        return tuple(sorted({max(1, self.epochs // 4), max(1, self.epochs // 2), self.epochs}))
 
     @classmethod
     def from_profile(cls) -> "TransformerSettings":
@@ -189,11 +211,12 @@ class TransformerSettings:
 
 @dataclass
 class TrainLog:
-    """One readout's training run.
+    """One readout's training run (one seed).
 
     Attributes:
-        readout: the variant, one of :data:`VARIANTS`.
-        train_loss: mean cross-entropy per epoch; test_acc: test accuracy after each epoch.
+        readout: the variant, one of :data:`VARIANTS`; seed: its seed.
+        train_loss: mean cross-entropy per epoch (the curve of the plateau rule);
+        test_loss, test_acc: cross-entropy and accuracy on the test images after each epoch.
         l_q, l_ols, v: the DDCL loss terms at every step (of the readout, or of the block;
             empty for the mean readout).
         all_finite: every loss of every step was finite.
@@ -201,7 +224,9 @@ class TrainLog:
     """
 
     readout: str
+    seed: int
     train_loss: list[float]
+    test_loss: list[float]
     test_acc: list[float]
     l_q: list[float]
     l_ols: list[float]
@@ -210,13 +235,35 @@ class TrainLog:
     fraction_used: tuple[float, ...] = ()
     perplexity: tuple[float, ...] = ()
 
+    @property
+    def min_v(self) -> float:
+        """The smallest V of any step (NaN for the mean readout, which has no DDCL layer)."""
+        return min(self.v) if self.v else float("nan")
+
 
 @dataclass
 class TransformerResult:
-    logs: dict[str, TrainLog]
+    """Every (variant, seed) run: ``runs[variant]`` lists the seeds' logs in seed order."""
+
+    settings: TransformerSettings
+    runs: dict[str, list[TrainLog]]
     chance: float
     n_classes: int
     source: str
+
+    def per_seed(self, variant: str, field: str, epoch: int | None = None) -> np.ndarray:
+        """(n_seeds,) values of ``field`` for ``variant``: a per-epoch list read after
+        ``epoch`` (1-based; the last when None), a per-head tuple averaged over heads, or a
+        scalar attribute (``min_v``, ``all_finite``)."""
+        out = []
+        for log in self.runs[variant]:
+            value = getattr(log, field)
+            if field in ("train_loss", "test_loss", "test_acc"):
+                value = value[-1 if epoch is None else epoch - 1]
+            elif isinstance(value, tuple):
+                value = float(np.mean(value))
+            out.append(float(value))
+        return np.array(out)
 
 
 def _standardise(train: torch.Tensor, *others: torch.Tensor) -> list[torch.Tensor]:
@@ -225,31 +272,37 @@ def _standardise(train: torch.Tensor, *others: torch.Tensor) -> list[torch.Tenso
     return [(t - mean) / std for t in (train, *others)]
 
 
-def _accuracy(model: DDCLTransformer, x: torch.Tensor, y: torch.Tensor, batch: int) -> float:
+def _evaluate(model: DDCLTransformer, x: torch.Tensor, y: torch.Tensor,
+              batch: int) -> tuple[float, float]:
+    """(cross-entropy, accuracy) of ``model`` on ``x``, ``y`` (evaluation mode)."""
     model.eval()
     with torch.no_grad():
-        pred = torch.cat([model(x[i:i + batch]).logits.argmax(-1) for i in range(0, len(x), batch)])
+        logits = torch.cat([model(x[i:i + batch]).logits for i in range(0, len(x), batch)])
     model.train()
-    return float((pred == y).float().mean())
+    return (float(nnf.cross_entropy(logits, y)),
+            float((logits.argmax(-1) == y).float().mean()))
 
 
 VARIANTS = ("ddcl", "mean", "block")
 
 
-def train_classifier(s: TransformerSettings, variant: str, data,
-                     run: RunDir | None = None) -> TrainLog:
+def train_classifier(s: TransformerSettings, variant: str, data, run: RunDir | None = None,
+                     seed: int | None = None) -> TrainLog:
     """Train one :class:`DDCLTransformer` with CE (+ beta * L_q of its DDCL layer).
 
     ``variant``: "ddcl" (DDCL readout on ``pooled``), "mean" (mean-pool readout), "block"
     (mean-pool readout, DDCL block with residual + LayerNorm after the first encoder layer).
-    ``data`` is ``(x_train, y_train, x_test, y_test)``; ``run`` keeps the checkpoints of the
-    loop (:func:`~ddcl_theory.runtime.training.fit`, one round per epoch).
+    ``data`` is ``(x_train, y_train, x_test, y_test)``; ``seed`` (default the first of
+    ``s.seeds``) fixes the initialisation and the batch order, the same for every variant;
+    ``run`` keeps the checkpoints of the loop (:func:`~ddcl_theory.runtime.training.fit`, one
+    round per epoch). AdamW with a cosine decay of the learning rate over all steps.
     """
     if variant not in VARIANTS:
         raise ValueError(f"variant: expected one of {VARIANTS}, got {variant!r}")
+    seed = s.seeds[0] if seed is None else seed
     x_tr, y_tr, x_te, y_te = data
     device = x_tr.device
-    gen = profile.seed_everything(s.seed)
+    gen = profile.seed_everything(seed)
     n_classes = int(y_tr.max()) + 1
     model = DDCLTransformer(n_classes, x_tr.shape[1], input_dim=x_tr.shape[-1], dim=s.dim,
                             depth=s.depth, attn_heads=s.attn_heads,
@@ -260,6 +313,9 @@ def train_classifier(s: TransformerSettings, variant: str, data,
     if variant != "mean":
         model.init_prototypes_from(x_tr[:200], generator=gen)
     opt = torch.optim.AdamW(model.parameters(), lr=s.lr, weight_decay=0.0)
+    total = s.epochs * math.ceil(len(x_tr) / s.batch_size)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda k: 0.5 * (1 + math.cos(math.pi * min(k, total) / total)))
     step: dict[str, list[float]] = {"l_q": [], "l_ols": [], "v": [], "ce": [], "size": []}
     finite = [True]
 
@@ -286,20 +342,21 @@ def train_classifier(s: TransformerSettings, variant: str, data,
     def end_of_round(_round):
         record = {name: list(values) for name, values in step.items()}
         record["all_finite"] = finite[0]
-        record["test_acc"] = _accuracy(model, x_te, y_te, 250)
+        record["test_loss"], record["test_acc"] = _evaluate(model, x_te, y_te, 250)
         for values in step.values():
             values.clear()
         finite[0] = True
         return record
 
     fit_log = fit(model, opt, rounds=s.epochs, batches=batches, loss=loss, device=device,
-                  run=run, name=f"variant={variant}", generators={"gen": gen},
-                  end_of_round=end_of_round, desc=f"train {variant}")
+                  run=run, name=f"variant={variant},seed={seed}", schedulers=[sched],
+                  generators={"gen": gen}, end_of_round=end_of_round,
+                  desc=f"train {variant} seed {seed}")
     rounds = fit_log.metrics
-    log = TrainLog(variant,
+    log = TrainLog(variant, seed,
                    [sum(c * n for c, n in zip(r["ce"], r["size"])) / sum(r["size"])
                     for r in rounds],
-                   [r["test_acc"] for r in rounds],
+                   [r["test_loss"] for r in rounds], [r["test_acc"] for r in rounds],
                    *([x for r in rounds for x in r[name]] for name in ("l_q", "l_ols", "v")),
                    all(r["all_finite"] for r in rounds))
     model.eval()
@@ -316,27 +373,37 @@ def train_classifier(s: TransformerSettings, variant: str, data,
     return log
 
 
-def run_transformer(settings: TransformerSettings | None = None) -> TransformerResult:
-    """Train the three :data:`VARIANTS` of the Transformer on CIFAR-10 patch tokens.
-
-    In the paper profile each finished variant is checkpointed (:class:`RunDir`), so a
-    killed run resumes at the next variant (each variant seeds itself: same numbers).
-    """
-    s = settings or TransformerSettings()
-    device = profile.current().device
+def transformer_data(s: TransformerSettings) -> tuple[torch.Tensor, ...]:
+    """``(x_train, y_train, x_test, y_test)`` CIFAR-10 patch tokens standardised with training
+    statistics, on the profile's device; and the data's source."""
     data = load_cifar10()
     x_tr = cifar_patch_tokens(data.x_train[: s.n_train], s.patch)
     x_te = cifar_patch_tokens(data.x_test[: s.n_test], s.patch)
     x_tr, x_te = _standardise(x_tr, x_te)
     y_tr = torch.from_numpy(data.y_train[: s.n_train])
     y_te = torch.from_numpy(data.y_test[: s.n_test])
-    tensors = tuple(t.to(device) for t in (x_tr, y_tr, x_te, y_te))
+    device = profile.current().device
+    return tuple(t.to(device) for t in (x_tr, y_tr, x_te, y_te)), data.source
+
+
+def run_transformer(settings: TransformerSettings | None = None) -> TransformerResult:
+    """Train the three :data:`VARIANTS` of the Transformer on CIFAR-10 patch tokens, once per
+    seed (seed s gives every variant the same initialisation stream and batch order).
+
+    In the reference and paper profiles each finished (variant, seed) run is checkpointed
+    (:class:`RunDir`), so a killed run resumes at the next one (each run seeds itself: same
+    numbers).
+    """
+    s = settings or TransformerSettings()
+    tensors, source = transformer_data(s)
     ckpt = RunDir("ddcl_transformer", s)
-    logs = {v: ckpt.unit(f"variant={v}", functools.partial(train_classifier, s, v, tensors, ckpt))
+    runs = {v: [ckpt.unit(f"variant={v},seed={seed}",
+                          functools.partial(train_classifier, s, v, tensors, ckpt, seed))
+                for seed in s.seeds]
             for v in VARIANTS}
     ckpt.finish()
-    n_classes = int(y_tr.max()) + 1
-    return TransformerResult(logs, 1.0 / n_classes, n_classes, data.source)
+    n_classes = int(tensors[1].max()) + 1
+    return TransformerResult(s, runs, 1.0 / n_classes, n_classes, source)
 
 
 # ------------------------------------------------------------------------- operation counts
