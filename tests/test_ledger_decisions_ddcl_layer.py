@@ -91,7 +91,7 @@ def test_d15_inconclusive_when_an_interval_straddles_or_seeds_are_few_or_runs_un
     v = dec.decide_d15(_result(three))
     assert v.word == "inconclusive" and "fewer than the rule's 5" in v.evidence
     moving = dec.decide_d15(_result(curve=(2.3, 2.1, 1.9, 1.7, 1.5, 1.3), only="block"))
-    assert moving.word == "inconclusive" and "5 of 10 deciding runs" in moving.evidence
+    assert moving.word == "inconclusive" and "(2-epoch windows, rel 0.05): 5 of 10" in moving.evidence
 
 
 def test_d15_requirement_non_finite_loss_or_negative_v_is_not_reproduced():

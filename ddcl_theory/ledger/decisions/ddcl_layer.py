@@ -135,8 +135,8 @@ def decide_d15(result) -> Verdict:
         reasons.append("a loss was not finite or V < 0 at some step (the rule's requirement)")
     elif unfinished:
         word = "inconclusive"
-        reasons.append(f"{unfinished} of {n_runs} deciding runs had not reached the plateau of "
-                       "their training cross-entropy")
+        reasons.append("deciding runs had not reached the plateau of their training "
+                       "cross-entropy")
     n = len(st.seeds)
     if n < rule.n_seeds:
         reasons.append(f"{n} seeds, fewer than the rule's {rule.n_seeds}")
@@ -156,9 +156,9 @@ def decide_d15(result) -> Verdict:
         + "; ".join(f"{names[k]} {iv.estimate:+.3f} [{iv.low:+.3f}, {iv.high:+.3f}] (smallest "
                     f"detectable effect {mde[k]:.3f})" for k, iv in zip(deciding, intervals))
         + f"; margin {rule.tests[0].margin:g}. Losses finite at every step: {finite}; V >= 0 at "
-        f"every step: {v_ok}. Plateau of the training cross-entropy ({PLATEAU_WINDOW}-epoch "
-        f"windows, rel {PLATEAU_REL:g}): {n_runs - unfinished} of {n_runs} deciding runs "
-        ". Mean-pool readout of the same encoder "
+        f"every step: {v_ok}. Deciding runs still moving by the plateau rule of the training "
+        f"cross-entropy ({PLATEAU_WINDOW}-epoch windows, rel {PLATEAU_REL:g}): {unfinished} "
+        f"of {n_runs}. Mean-pool readout of the same encoder "
         f"{mean_acc['mean']:.3f} +- {sd_acc['mean']:.3f}. "
         + (f"Why {word}: {'; '.join(reasons)}. " if reasons and word != "reproduced" else "")
         + "The paper gives no number: trainability only, not accuracy.")
@@ -172,6 +172,7 @@ def decide_d15(result) -> Verdict:
                  "intervals": {names[k]: iv.as_list() for k, iv in zip(deciding, intervals)},
                  "detectable": {names[k]: mde[k] for k in deciding},
                  "finite": finite, "v_nonnegative": v_ok, "unfinished": unfinished,
+                 "deciding_runs": n_runs,
                  "trend_block": d15_trend(result, "block")},
         rule=rule.text, n_seeds=n, interval=tuple(intervals[binding].as_list()),
         scale=f"{st.epochs} epochs, {st.n_train} images", trend=d15_trend(result, "ddcl"),
