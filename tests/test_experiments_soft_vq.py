@@ -1,41 +1,21 @@
 """The soft-against-hard VQ experiment (ddcl_theory.experiments.soft_vq, claim D11)."""
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 import torch
 
 from ddcl_theory.experiments import soft_vq
+from ddcl_theory.experiments.soft_vq import Arm
 from ddcl_theory.runtime import profile
 from ddcl_theory.runtime.rundir import RunDir
 
 
-def test_soft_temperature_is_r_times_the_critical_temperature_of_the_first_batch(tiny_result):
-    s = _tiny()
-    x_tr = soft_vq.prepare_images(s)[0]
-    model = soft_vq._build(s, "soft", x_tr.shape[1], 0)
-    order = torch.randperm(len(x_tr), generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        tokens = model.encode(x_tr[order[: s.batch_size]]).reshape(-1, s.latent_dim)
-    cov = torch.cov(tokens.double().T, correction=0)
-    t_c = 2 * float(torch.linalg.eigvalsh(cov)[-1])
-    run = tiny_result.select("soft", 0.1)[0]
-    assert run.temperature == pytest.approx(0.1 * t_c, rel=1e-9)
-
-
-def test_soft_quantiser_needs_no_estimator_and_hard_vq_does():
-    x = torch.randn(4, 3, 16, 16, generator=torch.Generator().manual_seed(0)) * 0.2
-    g = soft_vq.encoder_gradients(x, num_codes=8, latent_dim=4, hidden=8)
-    assert g.soft > 0 and g.hard_straight_through > 0
-    assert g.hard_without_estimator == 0.0
-
-
 def _tiny(**kw):
-    base = dict(n_train=48, n_test=16, downsample=2, hidden=8, latent_dim=4, num_codes=8,
-                epochs=2, batch_size=16, lr=2e-3, beta=0.25, relative_temperatures=(0.1, 1.0),
-                main_temperature=0.1, seeds=(0,), n_show=2, threads=1)
+    base = dict(sizes=(32, 64), n_test=16, n_val=16, downsample=2, hidden=8, latent_dim=4,
+                num_codes=8, epochs=2, batch_size=16, lr=2e-3, beta=0.25,
+                relative_temperatures=(0.1, 1.0), ema_decays=(0.5, 0.99),
+                ema_thresholds=(1.0,), seeds=(0, 1), n_show=2, threads=1)
     base.update(kw)
     return soft_vq.SoftVQSettings(**base)
 
@@ -45,43 +25,108 @@ def tiny_result():
     return soft_vq.run(_tiny())
 
 
-def test_vq_experiment_records_usage_per_epoch_from_the_first_batch(tiny_result):
+def test_soft_temperature_is_r_times_the_quantisation_critical_temperature():
+    s = _tiny()
+    tensors = soft_vq.prepare_images(s)
+    x_tr = tensors["train"][:32]
+    model = soft_vq._build(s, Arm("soft", r=0.1), x_tr.shape[1], 0)
+    order = torch.randperm(len(x_tr), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        tokens = model.encode(x_tr[order[: s.batch_size]]).reshape(-1, s.latent_dim)
+    cov = torch.cov(tokens.double().T, correction=0)
+    t_c = 4 * float(torch.linalg.eigvalsh(cov)[-1])          # L_q with q differentiated
+    run = soft_vq.train_one(s, Arm("soft", r=0.1), 0, 32, tensors, epochs=1)
+    assert run.temperature == pytest.approx(0.1 * t_c, rel=1e-9)
+    assert soft_vq.OBJECTIVE == "quantisation"
+
+
+def test_every_arm_of_a_seed_starts_from_the_same_encoder():
+    s = _tiny()
+    encoders = [soft_vq._build(s, arm, 3, 0).encoder.state_dict()
+                for arm in (Arm("soft", r=0.1), Arm("hard"), Arm("ema", decay=0.8, threshold=1.0))]
+    for other in encoders[1:]:
+        assert all(torch.equal(encoders[0][k], other[k]) for k in encoders[0])
+
+
+def test_soft_quantiser_needs_no_estimator_and_hard_vq_does():
+    x = torch.randn(4, 3, 16, 16, generator=torch.Generator().manual_seed(0)) * 0.2
+    g = soft_vq.encoder_gradients(x, num_codes=8, latent_dim=4, hidden=8)
+    assert g.soft > 0 and g.hard_straight_through > 0
+    assert g.hard_without_estimator == 0.0
+
+
+def test_the_run_selects_then_trains_every_size_seed_and_arm(tiny_result):
     res = tiny_result
-    assert {r.method for r in res.runs} == set(soft_vq.METHODS)
-    assert len(res.runs) == 4                                 # two temperatures + hard + ema
+    assert len(res.selection) == 4 and sum(c.chosen for c in res.selection) == 2
+    assert res.soft.method == "soft" and res.ema.method == "ema"
+    assert len(res.runs) == 2 * 2 * 3                          # sizes x seeds x arms
+    for size in (32, 64):
+        for method in soft_vq.METHODS:
+            runs = res.select(method, size)
+            assert [x.seed for x in runs] == [0, 1] and all(x.n_train == size for x in runs)
     for r in res.runs:
-        assert len(r.usage) == len(r.perplexity) == len(r.test_mse) == 2
-        assert all(1 / 8 <= u <= 1 for u in r.usage + [r.first_batch_usage, r.test_usage])
-        # one epoch sees the first batch and more: never fewer codes than the first batch
+        assert r.held_out == "test"
+        for name in ("usage", "held_out_usage", "held_out_mse", "loss", "expiries"):
+            assert len(getattr(r, name)) == 2, name
+        assert all(1 / 8 <= u <= 1 for u in r.usage + r.held_out_usage + [r.first_batch_usage])
         assert r.usage[0] >= r.first_batch_usage
-        assert all(1 <= p <= 8 + 1e-9 for p in r.perplexity + r.soft_perplexity)
+        assert r.mean_mse > 0 and isinstance(r.plateau, bool)
         assert r.reconstructions.shape[0] == 2 and r.reconstructions.min() >= 0
-    hard = res.select("hard")[0]
-    assert hard.soft_perplexity == pytest.approx(hard.perplexity)    # one-hot assignments
-    assert res.trivial_mse > 0
+        if r.arm.method != "ema":
+            assert r.expiries == [0, 0]
+    assert res.values("soft", "held_out_usage").shape == (2, 2)
+
+
+def test_expiry_is_counted_and_fires_under_a_low_decay():
+    s = _tiny(sizes=(64,))
+    tensors = soft_vq.prepare_images(s)
+    fast = soft_vq.train_one(s, Arm("ema", decay=0.5, threshold=2.0), 0, 64, tensors)
+    off = soft_vq.train_one(s, Arm("ema", decay=0.99, threshold=1e-9), 0, 64, tensors)
+    assert sum(fast.expiries) > 0
+    assert off.expiries == [0, 0]
+
+
+def test_steps_until_expiry():
+    assert soft_vq.steps_until_expiry(8, 0.99, 2) == 138        # 8 * 0.99**138 < 2
+    assert 8 * 0.99 ** 137 >= 2 > 8 * 0.99 ** 138
+    assert soft_vq.steps_until_expiry(8, 0.8, 2) == 7
+    assert soft_vq.steps_until_expiry(1, 0.9, 2) == 0
+
+
+def _candidate_run(arm, rel, expiries):
+    return soft_vq.VQRun(arm=arm, seed=9, n_train=64, temperature=None, held_out="validation",
+                         first_batch_usage=1.0, usage=[1.0], held_out_usage=[0.5],
+                         held_out_mse=[rel], mean_mse=1.0, loss=[1.0], plateau=False,
+                         expiries=[expiries], mse_codes=rel, mean_top_q=1.0,
+                         reconstructions=np.zeros((1, 2, 2, 3)))
+
+
+def test_choose_takes_the_lowest_validation_mse_among_firing_vq_settings():
+    a, b, c = (Arm("ema", decay=d, threshold=1.0) for d in (0.8, 0.9, 0.99))
+    s1, s2 = Arm("soft", r=0.1), Arm("soft", r=1.0)
+    rows = soft_vq.choose([_candidate_run(s1, 0.5, 0), _candidate_run(s2, 0.4, 0),
+                           _candidate_run(a, 0.6, 3), _candidate_run(b, 0.7, 1),
+                           _candidate_run(c, 0.3, 0)])
+    assert [r.chosen for r in rows] == [False, True, True, False, False]
+    assert not rows[4].eligible                                 # never fired: not the baseline
+    # none fires: the lowest MSE of all, and none counts as eligible
+    rows = soft_vq.choose([_candidate_run(a, 0.6, 0), _candidate_run(c, 0.3, 0)])
+    assert [r.chosen for r in rows] == [False, True] and not any(r.eligible for r in rows)
 
 
 def test_vq_experiment_is_deterministic_given_the_seed(tiny_result):
-    again = soft_vq.train_one(_tiny(), "soft", 0, soft_vq.prepare_images(_tiny())[:3], 0.1)
-    first = tiny_result.select("soft", 0.1)[0]
-    assert again.usage == first.usage and again.test_mse == pytest.approx(first.test_mse, rel=1e-6)
-
-
-def test_temperature_table_has_one_row_per_temperature(tiny_result):
-    table = soft_vq.temperature_table(tiny_result)
-    assert [row["r"] for row in table] == [0.1, 1.0]
-    for row in table:
-        assert 0 < row["usage_min"] <= min(row["usage_first"][0], row["usage_last"][0])
-        assert row["sustained"] == (row["usage_min"] >= soft_vq.FULL_USAGE)
-    assert tiny_result.usage_later("hard") == soft_vq.usage_after_first_epoch(
-        tiny_result.select("hard"))
-    assert tiny_result.usage("hard").shape == (1, 2)
+    s = _tiny()
+    again = soft_vq.train_one(s, tiny_result.soft, 1, 64, soft_vq.prepare_images(s))
+    first = tiny_result.select("soft", 64)[1]
+    assert again.held_out_usage == first.held_out_usage
+    assert again.held_out_mse == pytest.approx(first.held_out_mse, rel=1e-6)
 
 
 def test_a_killed_vq_run_resumes_to_the_same_numbers(tmp_path, monkeypatch):
     s = _tiny(epochs=3)
-    tensors = soft_vq.prepare_images(s)[:3]
-    whole = soft_vq.train_one(s, "ema", 0, tensors)
+    tensors = soft_vq.prepare_images(s)
+    arm = Arm("ema", decay=0.5, threshold=2.0)
+    whole = soft_vq.train_one(s, arm, 0, 64, tensors)
     real_fit = soft_vq.fit
 
     def killed_fit(*args, end_of_round, **kw):
@@ -95,32 +140,42 @@ def test_a_killed_vq_run_resumes_to_the_same_numbers(tmp_path, monkeypatch):
     run = RunDir("soft_vq", s, root=tmp_path, enabled=True)
     monkeypatch.setattr(soft_vq, "fit", killed_fit)
     with pytest.raises(KeyboardInterrupt):
-        soft_vq.train_one(s, "ema", 0, tensors, run_dir=run)
+        soft_vq.train_one(s, arm, 0, 64, tensors, run_dir=run)
     monkeypatch.setattr(soft_vq, "fit", real_fit)
-    assert run.state_path(soft_vq.unit_key("ema", 0)).is_file()
-    resumed = soft_vq.train_one(s, "ema", 0, tensors,
+    assert run.state_path(soft_vq.unit_key(arm, 0, 64)).is_file()
+    resumed = soft_vq.train_one(s, arm, 0, 64, tensors,
                                 run_dir=RunDir("soft_vq", s, root=tmp_path, enabled=True))
-    for name in ("usage", "perplexity", "soft_perplexity", "test_mse", "first_batch_usage",
-                 "test_mse_codes", "test_usage"):
+    for name in ("usage", "held_out_usage", "held_out_mse", "first_batch_usage", "loss",
+                 "expiries", "mse_codes"):
         assert getattr(resumed, name) == getattr(whole, name), name
     assert np.array_equal(resumed.reconstructions, whole.reconstructions)
 
 
 def test_settings_are_checked():
-    with pytest.raises(ValueError, match="main_temperature"):
-        _tiny(main_temperature=0.5)
+    with pytest.raises(ValueError, match="selection_seed"):
+        _tiny(selection_seed=0)
     with pytest.raises(ValueError, match="epochs"):
         _tiny(epochs=0)
     with pytest.raises(ValueError, match="relative_temperatures"):
         _tiny(relative_temperatures=(0.1, -1.0))
+    with pytest.raises(ValueError, match="sizes"):
+        _tiny(sizes=(64, 32))
+    with pytest.raises(ValueError, match="ema_decays"):
+        _tiny(ema_decays=(1.0,))
+    with pytest.raises(ValueError, match="r:"):
+        Arm("soft")
+    with pytest.raises(ValueError, match="decay"):
+        Arm("ema", decay=0.8)
 
 
-def test_paper_profile_changes_the_vq_settings(monkeypatch):
+def test_profiles_change_the_vq_settings(monkeypatch):
     monkeypatch.setenv(profile.PROFILE_ENV, "cpu")
     cpu = soft_vq.SoftVQSettings.from_profile()
+    monkeypatch.setenv(profile.PROFILE_ENV, "reference")
+    ref = soft_vq.SoftVQSettings.from_profile()
     monkeypatch.setenv(profile.PROFILE_ENV, "paper")
     paper = soft_vq.SoftVQSettings.from_profile()
-    assert cpu != paper and paper.epochs >= 44 and paper.num_codes == cpu.num_codes == 64
-    monkeypatch.delenv(profile.PROFILE_ENV)
-    assert soft_vq.SoftVQSettings.from_profile() == cpu
-    assert dataclasses.replace(cpu).downsample == 2
+    assert len(ref.seeds) >= 5 and len(ref.sizes) >= 3 and ref.sizes[-1] > cpu.sizes[-1]
+    assert paper.epochs >= 44 and paper.num_codes == cpu.num_codes == 64
+    soft, ema = soft_vq.candidates(ref)
+    assert len(soft) == len(ema)                                 # the same selection budget
