@@ -92,7 +92,17 @@ def test_tiny_ablation_run_finishes_with_finite_histories():
         assert all(v >= -1e-6 for v in r.v)                      # V >= 0 (D4), float32
         assert 0.0 <= r.accuracy[-1] <= 1.0
         assert 1.0 - 1e-9 <= r.perplexity[-1] <= TINY.num_prototypes + 1e-9
+        assert len(r.train_loss) == TINY.epochs and np.all(np.isfinite(r.train_loss))
     assert 0.0 <= res.collapse_fraction(1.0) <= 1.0
+
+
+def test_main_sweep_has_the_rule_eps_and_seeds_and_three_run_lengths():
+    main = ea.AblationSettings.from_profile()
+    assert {0.1, 1.0} <= set(main.eps_values) and len(main.seeds) == 10
+    assert len(main.scales) == 3 and main.scales[-1] == main.epochs
+    assert ea.AblationSettings(epochs=48).scales == (12, 24, 48)
+    sgd = ea.AblationSettings.sgd_sweep(0.3)
+    assert sgd.optimiser == "sgd" and sgd.lr_p == 0.3 and len(sgd.eps_values) == 6
 
 
 def test_prototypes_blind_to_task_variant_runs():

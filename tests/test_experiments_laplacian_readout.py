@@ -68,7 +68,14 @@ def test_x2_experiment_measures_every_setting_and_seed(tiny_sweep):
         assert r.separation_path["min"].shape == (3,)
         assert r.separation_min == pytest.approx(r.separation_path["min"][-1])
         assert 0 <= r.within_seq <= 1
+        assert len(r.train_loss) == len(r.acc_path) == len(r.within_path) == 2
+        assert r.acc_path[-1] == r.test_acc and r.within_path[-1] == pytest.approx(r.within_seq)
     assert {r.laplacian_heads for r in tiny_sweep.runs} == {0, 2}
+    assert np.array_equal(tiny_sweep.paired("test_acc", "all"),
+                          [r.test_acc for r in sorted(tiny_sweep.runs, key=lambda r: r.seed)
+                           if r.setting == "all"])
+    assert tiny_sweep.paired("within_seq", "0", epoch=1).shape == (2,)
+    assert tiny_sweep.settings.scales == (1, 2)
 
 
 def test_x2_experiment_is_deterministic(tiny_sweep):
@@ -78,15 +85,12 @@ def test_x2_experiment_is_deterministic(tiny_sweep):
         [r.separation_min for r in tiny_sweep.runs], rel=1e-6)
 
 
-def test_x2_verdict_follows_the_signs(tiny_sweep):
+def test_x2_verdict_follows_the_rule_and_its_premise(tiny_sweep):
     v = decisions.decide_x2(tiny_sweep)
-    signs = v.numbers["signs"]
-    assert set(signs) == {name for _, name, _ in decisions.MEASURES}
-    helps = any(s > 0 for s in signs.values())
-    hurts = any(s < 0 for s in signs.values())
-    expected = ("confirmed" if helps and not hurts else "refuted" if hurts and not helps
-                else "qualified" if helps and hurts else "not reproduced")
-    assert v.word == expected
+    assert v.word == "inconclusive" and v.n_seeds == 2          # fewer seeds than the rule's 5
+    holds = v.numbers["premise_holds"]
+    assert holds == (v.numbers["premise"][1] < 0)
+    assert ("the question is not asked" in v.evidence) == (not holds)
 
 
 def _same(a: lr.ReadoutRun, b: lr.ReadoutRun) -> bool:

@@ -37,6 +37,8 @@ from ddcl_theory.theory import coupled_model as cm
 from ddcl_theory.theory import timescales as ts
 
 COLLAPSE_SEPARATION_RATIO = 0.05
+#: The eps of the main (Adam) sweep: the two of the D9 rule (0.1 and 1) and two beside.
+MAIN_EPS = (0.01, 0.1, 0.5, 1.0)
 COLLAPSE_PERPLEXITY = 1.5
 OPTIMISERS = ("sgd", "adam")
 
@@ -132,17 +134,36 @@ class AblationSettings:
         if self.lr_p <= 0 or self.lam < 0 or self.temperature <= 0:
             raise ValueError("lr_p, lam, temperature: expected lr_p > 0, lam >= 0, temperature > 0")
 
+    @property
+    def scales(self) -> tuple[int, ...]:
+        """The three run lengths of the D9 trend: checkpoints after a quarter, a half and all of
+        the epochs (fewer when the run is shorter than four epochs)."""
+        return tuple(sorted({max(1, self.epochs // 4), max(1, self.epochs // 2), self.epochs}))
+
     @classmethod
     def from_profile(cls) -> "AblationSettings":
-        """cpu: 6 eps x 3 seeds, 256 training images, 12 epochs; paper: 6 x 10 seeds, 2,000 images
-        (paper smoke test: one seed, one epoch)."""
+        """The main (Adam) sweep of D9: the rule's 10 seeds at eps 0.01, 0.1, 0.5 and 1, 256
+        training images; cpu 12 epochs, reference 48 (run lengths 12, 24, 48), paper 48 on
+        2,000 images (paper smoke test: one seed, one epoch)."""
         prof = profile.current()
         return cls(
-            seeds=prof.pick(cpu=(0, 1, 2), paper=tuple(range(10)), smoke=(0,)),
+            eps_values=MAIN_EPS,
+            seeds=prof.pick(cpu=tuple(range(10)), paper=tuple(range(10)), smoke=(0,)),
             n_train_per_class=prof.pick(cpu=128, paper=1000),
             n_test=prof.pick(cpu=500, paper=1000),
-            epochs=prof.pick(cpu=12, paper=40, smoke=1),
+            epochs=prof.pick(cpu=12, reference=48, paper=48, smoke=1),
         )
+
+    @classmethod
+    def sgd_sweep(cls, lr_p: float) -> "AblationSettings":
+        """A plain-SGD sweep shown beside D9 (the setting of the discrete analysis): every eps of
+        the grid, 3 seeds, 12 epochs, in every profile but the smoke test."""
+        prof = profile.current()
+        return cls(optimiser="sgd", lr_p=lr_p, seeds=prof.pick(cpu=(0, 1, 2), smoke=(0,),
+                                                                paper=(0, 1, 2)),
+                   n_train_per_class=prof.pick(cpu=128, paper=1000),
+                   n_test=prof.pick(cpu=500, paper=1000), epochs=prof.pick(cpu=12, paper=12,
+                                                                           smoke=1))
 
 
 @dataclass
@@ -156,6 +177,7 @@ class RunHistory:
     l_q: list[float] = field(default_factory=list)
     perplexity: list[float] = field(default_factory=list)
     accuracy: list[float] = field(default_factory=list)
+    train_loss: list[float] = field(default_factory=list)   # mean loss of each epoch (no index 0)
 
     @property
     def separation_ratio(self) -> np.ndarray:
@@ -327,6 +349,7 @@ def run_one(tokens: Tokens, s: AblationSettings, eps: float, seed: int,
     for record in log.metrics:
         for k in _MEASURED:
             getattr(start, k).append(record[k])
+    start.train_loss = [float(np.mean(r)) for r in log.losses]
     return start
 
 

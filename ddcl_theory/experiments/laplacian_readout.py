@@ -55,14 +55,24 @@ class ReadoutSettings:
 
     @classmethod
     def from_profile(cls) -> "ReadoutSettings":
-        """The ViT sweep's settings with longer training (10 epochs in the cpu profile), two
-        head settings (none or all Laplacian) and at least two seeds (for a spread)."""
+        """The ViT sweep's settings with longer training (10 epochs in the cpu and reference
+        profiles), two head settings (none or all Laplacian) and paired seeds: 3 in the cpu
+        profile (a regression run, fewer than the X2 rule's 5), 5 in the reference and paper
+        profiles."""
         p = profile.current()
         vit = dataclasses.replace(lv.ViTSettings.from_profile(),
                                   epochs=p.pick(cpu=10, paper=60, smoke=1),
-                                  seeds=p.pick(cpu=(0, 1, 2), paper=(0, 1, 2), smoke=(0, 1)),
+                                  seeds=p.pick(cpu=(0, 1, 2), reference=(0, 1, 2, 3, 4),
+                                               paper=(0, 1, 2, 3, 4), smoke=(0, 1)),
                                   head_settings=SETTINGS)
         return cls(vit=vit)
+
+    @property
+    def scales(self) -> tuple[int, ...]:
+        """The epochs at which the trend reads the runs (checkpoints of the same runs after
+        about a quarter, a half and all of the epochs)."""
+        e = self.vit.epochs
+        return tuple(sorted({max(1, e // 4), max(1, e // 2), e}))
 
     def __post_init__(self) -> None:
         if not isinstance(self.vit, lv.ViTSettings):
@@ -99,6 +109,9 @@ class ReadoutRun:
     within_seq: float
     l_q: float
     v: float
+    train_loss: tuple[float, ...] = ()    # mean training loss (CE + beta L_q) of each epoch
+    acc_path: tuple[float, ...] = ()      # test accuracy after each epoch
+    within_path: tuple[float, ...] = ()   # within-sequence share of the test tokens, each epoch
 
 
 @dataclass
@@ -111,6 +124,16 @@ class ReadoutSweep:
 
     def summary(self, field: str) -> dict[str, tuple[float, float]]:
         return lv.summarise(self.runs, field, self.settings.vit.head_settings)
+
+    def paired(self, field: str, setting: str, epoch: int | None = None) -> np.ndarray:
+        """(n_seeds,) values of ``field`` for ``setting`` in seed order (so that two settings'
+        arrays pair by seed); with ``epoch`` (1-based) ``field`` is ``"test_acc"`` or
+        ``"within_seq"``, read from its per-epoch path."""
+        runs = sorted((r for r in self.runs if r.setting == setting), key=lambda r: r.seed)
+        if epoch is None:
+            return np.array([getattr(r, field) for r in runs], dtype=float)
+        path = {"test_acc": "acc_path", "within_seq": "within_path"}[field]
+        return np.array([getattr(r, path)[epoch - 1] for r in runs], dtype=float)
 
 
 def _separations(model: ViTDDCL) -> dict[str, float]:
@@ -137,11 +160,23 @@ def train_one(s: ReadoutSettings, setting: str, seed: int, tensors: tuple, num_c
         out = forward(x)
         return F.cross_entropy(out.logits, y) + s.beta * out.readout.losses.l_q
 
+    def end_of_round(_epoch: int) -> dict:
+        was_training = model.training
+        model.eval()
+        with torch.no_grad():
+            out = model(p_te)
+        model.train(was_training)
+        return {**_separations(model),
+                "test_acc": float((out.logits.argmax(-1) == y_te).float().mean()),
+                "within_seq": metrics.anova_split(
+                    out.tokens.double().cpu().numpy()).fractions()["within_sequence"]}
+
     log = lv.train_vit(model, s.vit, p_tr, y_tr, gen, device, objective=objective,
-                       end_of_round=lambda _epoch: _separations(model), run=ckpt,
+                       end_of_round=end_of_round, run=ckpt,
                        name=f"state-setting={setting},seed={seed}",
                        desc=f"ViT+DDCL {setting} seed {seed}")
     path = {k: np.array([before[k]] + [m[k] for m in log.metrics]) for k in before}
+    model.eval()
     with torch.no_grad():
         out = model(p_te)
     q = out.readout.assignments                                   # (B, H, T, K)
@@ -156,7 +191,10 @@ def train_one(s: ReadoutSettings, setting: str, seed: int, tensors: tuple, num_c
                       separation_mean=sep["mean"], separation_trace=sep["trace"],
                       separation_path=path,
                       within_seq=metrics.anova_split(tok).fractions()["within_sequence"],
-                      l_q=float(out.readout.losses.l_q), v=float(out.readout.losses.v))
+                      l_q=float(out.readout.losses.l_q), v=float(out.readout.losses.v),
+                      train_loss=tuple(float(np.mean(r)) for r in log.losses),
+                      acc_path=tuple(m["test_acc"] for m in log.metrics),
+                      within_path=tuple(m["within_seq"] for m in log.metrics))
 
 
 def run(settings: ReadoutSettings | None = None) -> ReadoutSweep:
