@@ -12,7 +12,7 @@ from ddcl_theory.runtime.rundir import RunDir
 
 
 def _tiny(**kw):
-    base = dict(sizes=(32, 64), n_test=16, n_val=16, downsample=2, hidden=8, latent_dim=4,
+    base = dict(n_train=(32, 64), n_test=16, n_val=16, downsample=2, hidden=8, latent_dim=4,
                 num_codes=8, epochs=2, batch_size=16, lr=2e-3, beta=0.25,
                 relative_temperatures=(0.1, 1.0), ema_decays=(0.5, 0.99),
                 ema_thresholds=(1.0,), seeds=(0, 1), n_show=2, threads=1)
@@ -78,7 +78,7 @@ def test_the_run_selects_then_trains_every_size_seed_and_arm(tiny_result):
 
 
 def test_expiry_is_counted_and_fires_under_a_low_decay():
-    s = _tiny(sizes=(64,))
+    s = _tiny(n_train=(64,))
     tensors = soft_vq.prepare_images(s)
     fast = soft_vq.train_one(s, Arm("ema", decay=0.5, threshold=2.0), 0, 64, tensors)
     off = soft_vq.train_one(s, Arm("ema", decay=0.99, threshold=1e-9), 0, 64, tensors)
@@ -158,8 +158,8 @@ def test_settings_are_checked():
         _tiny(epochs=0)
     with pytest.raises(ValueError, match="relative_temperatures"):
         _tiny(relative_temperatures=(0.1, -1.0))
-    with pytest.raises(ValueError, match="sizes"):
-        _tiny(sizes=(64, 32))
+    with pytest.raises(ValueError, match="n_train"):
+        _tiny(n_train=(64, 32))
     with pytest.raises(ValueError, match="ema_decays"):
         _tiny(ema_decays=(1.0,))
     with pytest.raises(ValueError, match="r:"):
@@ -175,7 +175,7 @@ def test_profiles_change_the_vq_settings(monkeypatch):
     ref = soft_vq.SoftVQSettings.from_profile()
     monkeypatch.setenv(profile.PROFILE_ENV, "paper")
     paper = soft_vq.SoftVQSettings.from_profile()
-    assert len(ref.seeds) >= 5 and len(ref.sizes) >= 3 and ref.sizes[-1] > cpu.sizes[-1]
+    assert len(ref.seeds) >= 5 and len(ref.n_train) >= 3 and ref.n_train[-1] > cpu.n_train[-1]
     assert paper.epochs >= 44 and paper.num_codes == cpu.num_codes == 64
     soft, ema = soft_vq.candidates(ref)
     assert len(soft) == len(ema)                                 # the same selection budget

@@ -24,7 +24,7 @@ def _run(method, seed, n, usage, rel=0.5, expiries=5):
 
 class _Result(SimpleNamespace):
     def select(self, method, n_train=None):
-        n = self.settings.sizes[-1] if n_train is None else n_train
+        n = self.settings.n_train[-1] if n_train is None else n_train
         return [x for x in self.runs[method] if x.n_train == n]
 
 
@@ -37,7 +37,7 @@ def _result(soft=0.99, ema=0.6, seeds=5, rel=0.5, expiries=5, epochs=3):
             runs["soft"].append(_run("soft", i, n, [min(soft + j, 1.0)] * epochs, rel))
             runs["ema"].append(_run("ema", i, n, [ema - j] * epochs, 0.4, expiries))
             runs["hard"].append(_run("hard", i, n, [0.2] * epochs, 0.4))
-    settings = SimpleNamespace(sizes=sizes, seeds=tuple(range(seeds)), epochs=epochs,
+    settings = SimpleNamespace(n_train=sizes, seeds=tuple(range(seeds)), epochs=epochs,
                                num_codes=64)
     selection = [Candidate(SOFT, 0.9, 0.5, 0, True, True),
                  Candidate(EMA, 0.8, 0.4, expiries, expiries > 0, True)]

@@ -80,7 +80,7 @@ class SoftVQSettings:
     """Scale of the VQ-VAE comparison; :meth:`from_profile` picks it from the active profile.
 
     Attributes:
-        sizes: training-set sizes (first images of the CIFAR-10 subset), ascending: the data
+        n_train: training-set sizes (first images of the CIFAR-10 subset), ascending: the data
             scales; the decision is taken at the last.
         n_test: held-out test images (first images of the test split).
         n_val: validation images for the selection (the last training images).
@@ -97,7 +97,7 @@ class SoftVQSettings:
         threads: torch threads during the run (None: leave as is).
     """
 
-    sizes: tuple[int, ...]
+    n_train: tuple[int, ...]
     n_test: int
     n_val: int
     downsample: int
@@ -119,29 +119,31 @@ class SoftVQSettings:
     @classmethod
     def from_profile(cls) -> SoftVQSettings:
         p = profile.current()
-        return cls(sizes=p.pick(cpu=(160, 320, 640), reference=(640, 1280, 2560),
-                                paper=(2250, 4500, 9000), smoke=(128, 256, 512)),
+        return cls(n_train=p.pick(cpu=(160, 320, 640), reference=(640, 1280, 2560),
+                                  paper=(250, 1500, 9000), smoke=(250,)),
                    n_test=p.pick(cpu=500, reference=1000, paper=1000, smoke=128),
-                   n_val=p.pick(cpu=500, reference=1000, paper=1000, smoke=128),
+                   n_val=p.pick(cpu=500, reference=1000, paper=1000),
                    downsample=p.pick(cpu=2, paper=1), hidden=p.pick(cpu=32, paper=128),
                    latent_dim=p.pick(cpu=16, paper=64), num_codes=64,
-                   epochs=p.pick(cpu=4, reference=6, paper=50, smoke=2),
+                   epochs=p.pick(cpu=4, reference=6, paper=50, smoke=1),
                    batch_size=p.pick(cpu=32, paper=128),
                    lr=2e-3, beta=0.25,
-                   relative_temperatures=(0.01, 0.03, 0.1, 0.3, 1.0, 3.0),
+                   relative_temperatures=p.pick(cpu=(0.01, 0.03, 0.1, 0.3, 1.0, 3.0),
+                                                paper=(0.01, 0.03, 0.1, 0.3, 1.0, 3.0),
+                                                smoke=(0.1,)),
                    ema_decays=(0.8, 0.9, 0.99), ema_thresholds=(1.0, 2.0),
                    seeds=p.pick(cpu=(0, 1, 2), reference=(0, 1, 2, 3, 4),
                                 paper=(0, 1, 2, 3, 4), smoke=(0,)),
                    threads=p.pick(cpu=1, paper=None))
 
     def __post_init__(self) -> None:
-        require_positive_ints(self, skip=("sizes", "lr", "beta", "relative_temperatures",
+        require_positive_ints(self, skip=("n_train", "lr", "beta", "relative_temperatures",
                                           "ema_decays", "ema_thresholds", "seeds",
                                           "selection_seed", "threads"))
-        if not self.sizes or list(self.sizes) != sorted(set(self.sizes)) or any(
-                not isinstance(n, int) or n < self.batch_size for n in self.sizes):
-            raise ValueError(f"sizes: expected ascending distinct ints >= batch_size, got "
-                             f"{self.sizes!r}")
+        if not self.n_train or list(self.n_train) != sorted(set(self.n_train)) or any(
+                not isinstance(n, int) or n < self.batch_size for n in self.n_train):
+            raise ValueError(f"n_train: expected ascending distinct ints >= batch_size, got "
+                             f"{self.n_train!r}")
         if not self.seeds:
             raise ValueError("seeds: expected at least one seed")
         if self.selection_seed in self.seeds:
@@ -271,7 +273,7 @@ class SoftVQResult:
 
     def select(self, method: str, n_train: int | None = None) -> list[VQRun]:
         """The deciding runs of one method at one size (default: the largest), by seed."""
-        n = self.settings.sizes[-1] if n_train is None else n_train
+        n = self.settings.n_train[-1] if n_train is None else n_train
         arm = self.arm(method)
         runs = [x for x in self.runs if x.arm == arm and x.n_train == n]
         return sorted(runs, key=lambda x: x.seed)
@@ -285,12 +287,12 @@ class SoftVQResult:
 def prepare_images(settings: SoftVQSettings) -> dict:
     """The tensors of the experiment, images (N, C, H, W) in [0, 1] average-pooled by
     ``settings.downsample`` (when they stay at least 8 pixels wide), centred by the mean of the
-    largest training subset: ``train`` (max(sizes) images), ``val`` (the last ``n_val``
+    largest training subset: ``train`` (max(n_train) images), ``val`` (the last ``n_val``
     training images), ``test`` (``n_test``), ``mean`` (1, C, 1, 1) and ``source``."""
     d = data.load_cifar10()
-    n = settings.sizes[-1]
+    n = settings.n_train[-1]
     if n + settings.n_val > len(d.x_train):
-        raise ValueError(f"sizes, n_val: {n} + {settings.n_val} exceed the "
+        raise ValueError(f"n_train, n_val: {n} + {settings.n_val} exceed the "
                          f"{len(d.x_train)} training images")
 
     def tensor(x):
@@ -496,7 +498,7 @@ def run(settings: SoftVQSettings | None = None) -> SoftVQResult:
     """
     s = settings or SoftVQSettings.from_profile()
     run_dir = RunDir("soft_vq", s)
-    n = s.sizes[-1]
+    n = s.n_train[-1]
     with num_threads(s.threads):
         tensors = prepare_images(s)
         soft_arms, ema_arms = candidates(s)
@@ -509,7 +511,7 @@ def run(settings: SoftVQSettings | None = None) -> SoftVQResult:
         soft = next(c.arm for c in selection if c.chosen and c.arm.method == "soft")
         ema = next(c.arm for c in selection if c.chosen and c.arm.method == "ema")
         trained = []
-        for size in s.sizes:
+        for size in s.n_train:
             for seed in s.seeds:
                 for arm in (soft, ema, Arm("hard")):
                     trained.append(run_dir.unit(

@@ -11,7 +11,7 @@ the plateau status of the runs is reported. VectorQuantize whose expiry did not 
 deciding run makes comparison (2) void: the word is then at best ``inconclusive``.
 
 The function reads a :class:`ddcl_theory.experiments.soft_vq.SoftVQResult`-like object
-(``settings.sizes``, ``settings.seeds``, ``settings.epochs``, ``settings.num_codes``, ``soft``,
+(``settings.n_train``, ``settings.seeds``, ``settings.epochs``, ``settings.num_codes``, ``soft``,
 ``ema`` (arms with ``label`` and ``r`` / ``decay``, ``threshold``), ``selection`` (candidates with
 ``arm``, ``usage``, ``rel_mse``, ``expiries``, ``chosen``), ``source`` and ``select(method,
 n_train)`` giving runs with ``seed``, ``held_out_usage``, ``rel_mse``, ``usage``, ``expiries``,
@@ -61,12 +61,12 @@ def _triple(iv: stats.Interval) -> list[float]:
 def size_trend(result, test: int) -> dict[str, list[float]]:
     """Test ``test`` (0 or 1) after epoch 1 at every training size: {"N images": [est, low,
     high]}."""
-    return {f"{n} images": _triple(tests_at(result, n)[test]) for n in result.settings.sizes}
+    return {f"{n} images": _triple(tests_at(result, n)[test]) for n in result.settings.n_train}
 
 
 def epoch_trend(result, test: int) -> dict[str, list[float]]:
     """Test ``test`` at the largest size after every epoch: {"epoch e": [est, low, high]}."""
-    n = result.settings.sizes[-1]
+    n = result.settings.n_train[-1]
     return {f"epoch {e + 1}": _triple(tests_at(result, n, e)[test])
             for e in range(result.settings.epochs)}
 
@@ -79,7 +79,7 @@ def decide_d11(result, grads) -> Verdict:
     """D11 by the registry's rule at the largest training size that ran (see the module)."""
     rule = rule_of("D11")
     s = result.settings
-    n = s.sizes[-1]
+    n = s.n_train[-1]
     soft_runs, ema_runs = result.select("soft", n), result.select("ema", n)
     intervals = tests_at(result, n)
     k = len(soft_runs)
@@ -125,7 +125,7 @@ def decide_d11(result, grads) -> Verdict:
     last = s.epochs
     evidence = (
         f"VQ-VAE, {s.num_codes} codes, {result.source}, training sizes "
-        f"{', '.join(str(m) for m in s.sizes)} images, {s.epochs} epochs, {k} paired seeds; "
+        f"{', '.join(str(m) for m in s.n_train)} images, {s.epochs} epochs, {k} paired seeds; "
         f"usage = fraction of the codes that are the (argmax) code of at least one test token. "
         f"Soft quantiser trained on MSE + beta L_q with q differentiated, tau = "
         f"{result.soft.r:g} T_c with T_c = 4 lambda_max (the quantisation objective's); "
