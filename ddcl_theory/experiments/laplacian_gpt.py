@@ -37,7 +37,7 @@ from ddcl_theory.runtime import profile
 from ddcl_theory.runtime.rundir import RunDir
 from ddcl_theory.runtime.training import fit
 
-__all__ = ["GPTSettings", "GPTRun", "GPTSweep", "encode", "run", "STATE_SAVES"]
+__all__ = ["GPTSettings", "GPTRun", "GPTSweep", "encode", "text_splits", "run", "STATE_SAVES"]
 
 
 @dataclass(frozen=True)
@@ -123,6 +123,17 @@ def encode(text: str) -> tuple[np.ndarray, list[str]]:
     return ids.astype(np.int64), [chr(int(c)) for c in points]
 
 
+def text_splits(device: str | torch.device = "cpu") -> tuple[torch.Tensor, torch.Tensor,
+                                                              list[str], str]:
+    """Tiny Shakespeare (:func:`ddcl_theory.data.load_text`) as character ids on ``device``:
+    ``(train ids (first 90%), validation ids (last 10%), vocabulary, source)``."""
+    text, source = data.load_text()
+    ids, vocab = encode(text)
+    cut = int(0.9 * len(ids))
+    return (torch.from_numpy(ids[:cut]).to(device), torch.from_numpy(ids[cut:]).to(device),
+            vocab, source)
+
+
 def _windows(ids: torch.Tensor, starts: torch.Tensor, block: int) -> tuple[torch.Tensor, ...]:
     offsets = torch.arange(block, device=ids.device)
     x = ids[starts[:, None] + offsets]
@@ -203,11 +214,7 @@ def run(settings: GPTSettings | None = None) -> GPTSweep:
     """
     settings = settings or GPTSettings.from_profile()
     device = profile.current().device
-    text, source = data.load_text()
-    ids, vocab = encode(text)
-    cut = int(0.9 * len(ids))
-    train_ids = torch.from_numpy(ids[:cut]).to(device)
-    val_ids = torch.from_numpy(ids[cut:]).to(device)
+    train_ids, val_ids, vocab, source = text_splits(device)
     ckpt = RunDir("laplacian_gpt", settings)
     with num_threads(settings.threads):
         done = []
