@@ -119,7 +119,7 @@ def _plateau_text(unfinished: list[str], n_runs: int, curve: str) -> str:
     if unfinished:
         return (f"{len(unfinished)} of {n_runs} deciding runs had not reached the plateau of "
                 f"their {curve} (so inconclusive)")
-    return f"all {n_runs} deciding runs reached the plateau of their {curve}"
+    return f"All {n_runs} deciding runs reached the plateau of their {curve}"
 
 
 def _vit_runs(study, settings: Sequence[str]) -> list:
@@ -155,8 +155,8 @@ def decide_l6(study) -> Verdict:
     diff = _vals(study, "all", "test_acc", last) - _vals(study, "0", "test_acc", last)
     st = study.settings.vit
     evidence = (
-        f"ViT (d={st.dim}, {st.depth} layers, {st.heads} heads) on {st.n_train} {study.source} "
-        f"images, {gain.n} paired seeds, {_vit_scale(study)}. Test accuracy by Laplacian heads "
+        f"ViT (d={st.dim}, {st.depth} layers, {st.heads} heads) on {study.source}, {gain.n} "
+        f"paired seeds, {_vit_scale(study)}. Test accuracy by Laplacian heads "
         f"per layer: " + ", ".join(f"{s}: {a:.3f}" for s, a in acc.items())
         + f". All - none: {_fmt(gain, scale=100, digits=2)} points (95% paired t; smallest "
         f"detectable {100 * stats.detectable_effect_of(diff):.2f}); slope per Laplacian head: "
@@ -203,7 +203,7 @@ def decide_l7(study) -> Verdict:
         f"{intervals[0].n} paired seeds, {_vit_scale(study)}; all heads Laplacian - none, 95% "
         f"paired t: {parts}. Toward the terminal phase: training accuracy "
         f"{train_acc:.3f} at the end, NC1 on training images {nc1_train['0']:.3g} (none) and "
-        f"{nc1_train['all']:.3g} (all), far from collapse (0). "
+        f"{nc1_train['all']:.3g} (all; 0 at collapse). "
         f"{_plateau_text(unfinished, len(runs), 'validation loss')}."
         + _outlook(rule, intervals[0].n,
                    [(label, trends[f], diffs[f]) for f, label in L7_FIELDS])
