@@ -1,42 +1,63 @@
-"""The D17 decision (ddcl_theory.ledger.decisions.peer_readouts.decide_d17) on hand-made
-study results: one random and one near-equal sweep setting per readout."""
+"""The D17 decision (ddcl_theory.ledger.decisions.peer_readouts.decide_d17) on hand-made study
+results: every word of the registry's rule and every gate (collapse below T_c of L_q, tau above
+it, runs off their plateau, too few seeds)."""
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import pytest
 
 from ddcl_theory.experiments import peer_readouts as pr
-from ddcl_theory.ledger.decisions.peer_readouts import d17_parts, decide_d17
+from ddcl_theory.ledger.claims import rule_of
+from ddcl_theory.ledger.decisions.peer_readouts import (
+    d17_gates,
+    d17_intervals,
+    d17_parts,
+    d17_trend,
+    decide_d17,
+    usage_values,
+)
 from ddcl_theory.ledger.verdict import Verdict
 
+S = 4
+EPOCHS = 4
+PLATEAU = [1.0, 0.51, 0.5, 0.5, 0.5]           # per-epoch cross-entropy, epochs 0..4 (0: nan)
+MOVING = [1.0, 0.8, 0.6, 0.4, 0.2]
 
-def _record(epoch, rank, distance, ratio=float("nan"), acc=0.5):
+
+def _record(epoch, usage, loss, ratio=float("nan"), collapsed=False):
     from ddcl_theory.metrics import readouts as rm
-    m = rm.CollapseMetrics(distance, distance, rank, 1.0, distance, 4)
-    return pr.CollapseRecord(epoch, 0.1, acc, acc, m, m, m, 1.0, 2.0, 2.0, ratio)
+    rank, distance = (1.0, 0.0) if collapsed else (2.5, 0.3)
+    m = rm.CollapseMetrics(distance, distance, rank, 1.0, distance, S)
+    return pr.CollapseRecord(epoch, float("nan") if epoch == 0 else loss, 0.5, 0.5, m, m, m,
+                             1.0, 2.0, 2.0, ratio, usage * S)
 
 
-def _history(kind, collapsed, ratio=float("nan"), start_ratio=0.1):
-    end = (1.0, 0.0) if collapsed else (2.5, 0.3)
-    return pr.ReadoutHistory(kind, [_record(0, 2.0, 0.2, start_ratio if kind == "ddcl"
-                                            else float("nan")),
-                                    _record(1, *end, ratio)])
+def _history(kind, usage_end, *, losses=PLATEAU, ratio=0.1, collapsed=False):
+    """Usage rising linearly from 0.5 to ``usage_end`` over the epochs."""
+    r = ratio if kind == "ddcl" else float("nan")
+    usage = np.linspace(0.5, usage_end, EPOCHS + 1)
+    return pr.ReadoutHistory(kind, [_record(e, float(usage[e]), losses[e], r,
+                                            collapsed and e == EPOCHS)
+                                    for e in range(EPOCHS + 1)])
 
 
-def _fake_result(ddcl_collapse_ratio=100.0, ddcl_stays_below=0.01, peer_collapses=True,
-                 ddcl_collapses=True):
-    """A StudyResult with hand-made histories: one random and one near-equal setting each."""
-    s = pr.StudySettings(tasks=("debris",), seeds=(0,), sweep_seeds=(0,), cost_lengths=(8, 16))
-    sweep = []
-    for kind in ("slot", "perceiver"):
-        sweep.append(pr.SweepRun(pr.Variant(kind, "random"), 0, _history(kind, False)))
-        sweep.append(pr.SweepRun(pr.Variant(kind, "near", (("bank_init", "near_equal"),)), 0,
-                                 _history(kind, peer_collapses)))
-    sweep.append(pr.SweepRun(pr.Variant("ddcl", "near", (("bank_init", "near_equal"),)), 0,
-                             _history("ddcl", False, ddcl_stays_below)))
-    sweep.append(pr.SweepRun(pr.Variant("ddcl", "hot"), 0,
-                             _history("ddcl", ddcl_collapses, ddcl_collapse_ratio)))
-    main = {"debris": {k: [_history(k, False, 0.01 if k == "ddcl" else float("nan"))]
-                       for k in pr.READOUTS}}
+def _fake_result(ddcl=(0.9, 0.92, 0.88, 0.91, 0.89), slot=(0.6, 0.62, 0.58, 0.61, 0.59),
+                 perceiver=(0.5, 0.52, 0.48, 0.51, 0.49), *, losses=PLATEAU, ratio=0.1,
+                 sweep_collapse_ratio=None):
+    seeds = tuple(range(len(ddcl)))
+    s = pr.StudySettings(tasks=("20ng",), decide_task="20ng", seeds=seeds, epochs=EPOCHS,
+                         sweep_seeds=(0,), cost_lengths=(8, 16))
+    main = {"20ng": {"ddcl": [_history("ddcl", u, losses=losses, ratio=ratio) for u in ddcl],
+                     "slot": [_history("slot", u) for u in slot],
+                     "perceiver": [_history("perceiver", u) for u in perceiver]}}
+    sweep = [pr.SweepRun(pr.Variant(k, "near", (("bank_init", "near_equal"),)), 0,
+                         _history(k, 0.3, collapsed=True)) for k in ("slot", "perceiver")]
+    if sweep_collapse_ratio is not None:
+        sweep.append(pr.SweepRun(pr.Variant("ddcl", "hot"), 0,
+                                 _history("ddcl", 0.3, ratio=sweep_collapse_ratio,
+                                          collapsed=True)))
     flops = {"ddcl": [100, 200], "slot": [300, 400], "perceiver": [120, 210]}
     return pr.StudyResult(s, {}, main, sweep, flops, None)
 
@@ -45,39 +66,70 @@ def _decide(result):
     return decide_d17(result, pr.sweep_rows(result), pr.TASK_TITLES)
 
 
-def test_ddcl_collapsing_only_above_t_c_qualifies_the_claim():
+def test_ddcl_using_more_of_its_bank_than_both_peers_reproduces_the_claim():
     v = _decide(_fake_result())
-    assert isinstance(v, Verdict) and v.claim == "D17"
-    assert v.word == "qualified" and all(v.numbers.values())
-    assert "more than 10 times" in v.evidence and "less than half of" in v.evidence
-    assert "Slot Attention (3 iterations) 3.00, 2.00" in v.evidence
-    assert v.our_value.endswith("slot FLOPs x2.00-3.00 of DDCL")
-    assert v.rule and v.n_seeds == 1 and v.tolerance.abs == 0.06
+    assert isinstance(v, Verdict) and v.claim == "D17" and v.word == "reproduced"
+    assert v.rule == rule_of("D17").text and v.n_seeds == 5 and v.scale == f"epoch {EPOCHS}"
+    assert v.interval[0] > 0 and v.numbers["interval_perceiver"][0] > 0
+    assert list(v.trend) == [f"epoch {e}" for e in (1, 2, 3, 4)]
+    assert "smallest detectable" in v.evidence and "paired t" in v.evidence
+    assert "Slot Attention runs 3 iterations at inference, FLOPs 2.00-3.00" in v.evidence
+    assert v.tolerance.abs == 0.06
 
 
-def test_no_ddcl_collapse_and_costlier_slots_reproduce_the_claim():
-    assert _decide(_fake_result(ddcl_collapses=False)).word == "reproduced"
+def test_a_peer_using_more_slots_than_ddcl_is_not_reproduced():
+    v = _decide(_fake_result(slot=(0.99, 0.98, 0.99, 0.97, 0.99)))
+    assert v.word == "not reproduced" and v.interval[1] < 0
 
 
-def test_peers_that_never_collapse_refute_the_claim():
-    v = _decide(_fake_result(peer_collapses=False))
-    assert v.word == "refuted" and not v.numbers["peers_collapse"]
+def test_an_interval_across_zero_is_inconclusive():
+    v = _decide(_fake_result(slot=(0.95, 0.85, 0.92, 0.86, 0.90)))
+    assert v.interval[0] < 0 < v.interval[1] and v.word == "inconclusive"
 
 
-def test_a_ddcl_collapse_below_t_c_refutes_the_claim():
-    below = _decide(_fake_result(ddcl_collapse_ratio=0.5))
-    assert not below.numbers["ddcl_threshold"] and below.word == "refuted"
+def test_fewer_seeds_than_the_rule_decide_nothing():
+    v = _decide(_fake_result(ddcl=(0.9, 0.92, 0.88), slot=(0.6, 0.62, 0.58),
+                             perceiver=(0.5, 0.52, 0.48)))
+    assert v.word == "inconclusive" and "3 seeds (the rule asks 5)" in v.evidence
 
 
-def test_parts_and_sweep_rows_of_the_fake_result():
+def test_runs_off_their_plateau_make_it_inconclusive():
+    result = _fake_result(losses=MOVING)
+    assert d17_gates(result)["unfinished"] == [f"ddcl/{i}" for i in range(5)]
+    v = _decide(result)
+    assert v.word == "inconclusive" and "plateau" in v.evidence and v.numbers["unfinished"] == 5
+
+
+def test_tau_above_the_critical_temperature_of_l_q_leaves_the_claim_untested():
+    v = _decide(_fake_result(ratio=1.2))
+    assert v.word == "inconclusive" and v.numbers["above_tc"] == 5
+
+
+def test_a_ddcl_collapse_below_t_c_of_l_q_refutes_the_claim_and_above_it_does_not():
+    below = _decide(_fake_result(sweep_collapse_ratio=0.5))
+    assert below.word == "refuted" and below.numbers["refuting"] == 1
+    above = _decide(_fake_result(sweep_collapse_ratio=5.0))
+    assert above.word == "reproduced" and above.numbers["ddcl_threshold"]
+
+
+def test_intervals_trend_and_values_follow_the_records():
     result = _fake_result()
-    rows = pr.sweep_rows(result)
-    assert [r.outcome for r in rows] == ["avoided", "collapsed", "avoided", "collapsed",
-                                         "avoided", "collapsed"]
-    parts = d17_parts(result, rows)
-    assert parts["peers_stay_collapsed"] and parts["ddcl_escapes"] and parts["slot_costs_more"]
-    cheap = _fake_result()
-    cheap.flops["slot"] = [50, 400]
-    assert not d17_parts(cheap, rows)["slot_costs_more"]
-    with pytest.raises(KeyError):
-        _decide(result) and decide_d17(result, rows, {})
+    assert usage_values(result, "ddcl") == pytest.approx([0.9, 0.92, 0.88, 0.91, 0.89])
+    assert usage_values(result, "slot", 0) == pytest.approx([0.5] * 5)
+    first, second = d17_intervals(result)
+    assert first.method == "paired t" and first.estimate == pytest.approx(0.3)
+    assert second.estimate == pytest.approx(0.4)
+    trend = d17_trend(result)
+    assert trend[f"epoch {EPOCHS}"][0] == pytest.approx(0.3)
+    assert trend["epoch 1"][0] == pytest.approx(0.3 / 4, abs=1e-4)
+    with pytest.raises(ValueError, match="no record of epoch 9"):
+        usage_values(result, "ddcl", 9)
+    assert math.isclose(d17_gates(result)["max_ratio"], 0.1)
+
+
+def test_parts_beside_the_rule():
+    result = _fake_result()
+    parts = d17_parts(result, pr.sweep_rows(result))
+    assert parts["peers_collapse"] and parts["slot_costs_more"] and not parts["ddcl_collapses"]
+    result.flops["slot"] = [50, 400]
+    assert not d17_parts(result, pr.sweep_rows(result))["slot_costs_more"]

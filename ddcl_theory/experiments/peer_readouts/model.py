@@ -107,20 +107,38 @@ def ddcl_tokens(model: ReadoutClassifier, data: TokenSet, batch: int = 256) -> T
     return torch.cat(out)
 
 
-def ddcl_critical_temperature(model: ReadoutClassifier, data: TokenSet) -> float:
+#: The loss a DDCL readout trains beside the cross-entropy, and hence its collapse threshold:
+#: L_q with the soft assignment q differentiated (``layers/ddcl.py``), whose collapsed bank is a
+#: saddle only below T_c = 4 lambda_max, twice the free energy's 2 lambda_max.
+TRAINED_OBJECTIVE = "quantisation"
+
+
+def ddcl_critical_temperature(model: ReadoutClassifier, data: TokenSet,
+                              objective: str = TRAINED_OBJECTIVE) -> float:
     """T_c of the projected tokens of ``data`` that a DDCL readout's prototypes see
-    (:func:`ddcl_theory.theory.collapse.critical_temperature`: 2 lambda_max of their covariance
-    with divisor N, in float64); at least two valid tokens."""
+    (:func:`ddcl_theory.theory.collapse.critical_temperature`, in float64): by default that of
+    the loss the readout trains, L_q with q differentiated (4 lambda_max of their covariance
+    with divisor N); ``objective="free_energy"`` gives F's 2 lambda_max. At least two valid
+    tokens."""
     z = ddcl_tokens(model, data)
     if z.shape[0] < 2:
         raise ValueError(f"data: expected at least two valid tokens, got {z.shape[0]}")
-    # trained: cross-entropy + ddcl_lam L_q (q differentiated); this is F's T_c, not L_q's
-    return critical_temperature(z, objective="free_energy")
+    return critical_temperature(z, objective=objective)
 
 
 def critical_ratio(model: ReadoutClassifier, data: TokenSet) -> float:
-    """tau / T_c of a DDCL readout on the projected tokens of ``data``."""
+    """tau / T_c of a DDCL readout on the projected tokens of ``data`` (T_c of the trained
+    L_q, :data:`TRAINED_OBJECTIVE`)."""
     return model.readout.layer.temperature / ddcl_critical_temperature(model, data)
+
+
+@torch.no_grad()
+def ddcl_trace_temperature(model: ReadoutClassifier, data: TokenSet, fraction: float) -> float:
+    """``fraction`` times the mean squared distance of the projected tokens of ``data`` to their
+    mean (the trace of their covariance): the scale-free temperature of the text chapter's
+    readout (:meth:`ddcl_theory.layers.readouts.DDCLPooledReadout.calibrate`)."""
+    z = ddcl_tokens(model, data).to(torch.float64)
+    return max(fraction * float(((z - z.mean(0)) ** 2).sum(-1).mean()), 1e-6)
 
 
 def near_equal_(bank: nn.Parameter, noise: float, gen: torch.Generator) -> None:

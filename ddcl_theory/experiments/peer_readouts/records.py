@@ -31,7 +31,16 @@ class CollapseRecord:
     fraction_used: float
     perplexity: float
     token_perplexity: float
-    critical_ratio: float = float("nan")   # DDCL: tau / T_c of its current tokens (nan: peers)
+    critical_ratio: float = float("nan")   # DDCL: tau / T_c of its current tokens (nan: peers),
+                                           # T_c of the trained L_q (4 lambda_max)
+    usage_perplexity: float = float("nan")  # exp(H(histogram of the tokens' first choices)), in
+                                            # [1, S]: the codebook-usage perplexity
+
+    @property
+    def normalised_usage(self) -> float:
+        """D17's statistic: :attr:`usage_perplexity` / S, in [1/S, 1] (1: the tokens' first
+        choices spread evenly over all S slots/latents/prototypes; 1/S: one takes them all)."""
+        return self.usage_perplexity / self.vectors.count
 
     def collapsed(self, part: str = "maps") -> bool:
         """The stated collapse rule (:meth:`CollapseMetrics.collapsed`) on ``part``: "maps"
@@ -117,9 +126,11 @@ def _measure(model: ReadoutClassifier, data: TokenSet, test: TokenSet | None, ep
     if isinstance(model.readout, DDCLReadoutAdapter):
         ratio = critical_ratio(model, data)
     model.train()
+    hist = use.histogram.to(torch.float64)
+    hard = float(torch.exp(-torch.special.xlogy(hist, hist).sum()))
     return CollapseRecord(epoch, loss, train_acc, test_acc, *(_mean_metrics(parts[k]) for k in
                                                              ("vectors", "states", "maps")),
-                          use.fraction_used, use.perplexity, use.token_perplexity, ratio)
+                          use.fraction_used, use.perplexity, use.token_perplexity, ratio, hard)
 
 
 def _mean_metrics(parts: list[tuple[rm.CollapseMetrics, int]]) -> rm.CollapseMetrics:

@@ -10,6 +10,7 @@ from ddcl_theory.runtime import profile
 READOUTS = ("ddcl", "slot", "perceiver")
 BANK_INITS = ("random", "near_equal")
 ENCODERS = ("mlp", "linear")
+SCHEDULES = ("constant", "cosine")
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,14 @@ class PeerSettings:
     ddcl_lam: float = 0.1
     ddcl_kmeans_init: bool = True
     ddcl_relative_temperature: float = 0.0   # r > 0: tau = r * T_c of the tokens at the start
+                                             # (T_c of the trained loss L_q: 4 lambda_max)
+    ddcl_temperature_fraction: float = 0.0   # f > 0: tau = f * mean squared distance of the
+                                             # projected tokens to their mean (the trace)
+    ddcl_lloyd_steps: int = 0          # Lloyd steps after the k-means++ start of the prototypes
+    weight_decay: float = 0.0          # > 0: AdamW with this decay (all readouts alike)
+    schedule: str = "constant"         # learning-rate schedule of every readout: "constant" or
+                                       # "cosine" (linear warm-up, then cosine decay to 0)
+    warmup_fraction: float = 0.0       # share of the steps spent in the linear warm-up
     encoder: str = "mlp"               # token encoder before the readout: "mlp" or "linear"
     slot_temperature: float = 1.0
     slot_iterations: int = 3
@@ -56,6 +65,19 @@ class PeerSettings:
                 or self.measure_sequences < 0:
             raise ValueError(f"measure_sequences: expected an int >= 0 (0 = all), got "
                              f"{self.measure_sequences!r}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule: expected one of {SCHEDULES}, got {self.schedule!r}")
+        for name in ("ddcl_temperature_fraction", "weight_decay"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+                raise ValueError(f"{name}: expected a finite float >= 0, got {v!r}")
+        if not (isinstance(self.warmup_fraction, (int, float)) and 0 <= self.warmup_fraction < 1):
+            raise ValueError(f"warmup_fraction: expected a float in [0, 1), got "
+                             f"{self.warmup_fraction!r}")
+        if isinstance(self.ddcl_lloyd_steps, bool) or not isinstance(self.ddcl_lloyd_steps, int) \
+                or self.ddcl_lloyd_steps < 0:
+            raise ValueError(f"ddcl_lloyd_steps: expected an int >= 0, got "
+                             f"{self.ddcl_lloyd_steps!r}")
         for name in ("num_slots", "dim", "hidden", "epochs", "batch_size", "slot_iterations",
                      "eval_batch", "cost_batch", "cost_repeats"):
             v = getattr(self, name)

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
+
+import torch
 
 from ddcl_theory.experiments.peer_readouts.cost import (
     CostResult,
@@ -54,7 +56,9 @@ def _variant(readout: str, label: str, **overrides) -> Variant:
 
 #: The mechanism sweep: for each readout the knobs that the sources and the theory name
 #: (temperature, number of slots, learning rates, where the bank starts), each tried in a
-#: direction that should favour collapse and one that should prevent it.
+#: direction that should favour collapse and one that should prevent it. DDCL's temperatures are
+#: relative to T_c of the loss it trains (L_q with q differentiated, 4 lambda_max): the sweep's
+#: default tau = 0.05 T_c is 0.2 lambda_max.
 SWEEP: tuple[Variant, ...] = (
     _variant("slot", "default (Gaussian slots, tau = 1)"),
     _variant("slot", "tau = 30 (soft competition)", slot_temperature=30.0),
@@ -74,18 +78,18 @@ SWEEP: tuple[Variant, ...] = (
     _variant("perceiver", "near-equal, bank lr x10", bank_init="near_equal", lr_bank=0.03),
     _variant("perceiver", "near-equal, inverted", bank_init="near_equal",
              perceiver_softmax="latents"),
-    _variant("ddcl", "default (tau = 0.1 T_c, lambda = 0.01)"),
+    _variant("ddcl", "default (tau = 0.05 T_c, lambda = 0.01)"),
     _variant("ddcl", "lambda = 0.1", ddcl_lam=0.1),
-    _variant("ddcl", "tau = 3 T_c, lambda = 0.1", ddcl_relative_temperature=3.0, ddcl_lam=0.1),
-    _variant("ddcl", "tau = 3 T_c", ddcl_relative_temperature=3.0),
+    _variant("ddcl", "tau = 1.5 T_c, lambda = 0.1", ddcl_relative_temperature=1.5, ddcl_lam=0.1),
+    _variant("ddcl", "tau = 1.5 T_c", ddcl_relative_temperature=1.5),
     _variant("ddcl", "12 prototypes", num_slots=12),
     _variant("ddcl", "near-equal", bank_init="near_equal"),
     _variant("ddcl", "near-equal, lambda = 0.1", bank_init="near_equal", ddcl_lam=0.1),
     _variant("ddcl", "near-equal, bank lr x10", bank_init="near_equal", lr_bank=0.03),
-    _variant("ddcl", "near-equal, tau = 0.01 T_c", bank_init="near_equal",
-             ddcl_relative_temperature=0.01),
-    _variant("ddcl", "near-equal, tau = 3 T_c, bank lr x10", bank_init="near_equal",
-             ddcl_relative_temperature=3.0, lr_bank=0.03),
+    _variant("ddcl", "near-equal, tau = 0.005 T_c", bank_init="near_equal",
+             ddcl_relative_temperature=0.005),
+    _variant("ddcl", "near-equal, tau = 1.5 T_c, bank lr x10", bank_init="near_equal",
+             ddcl_relative_temperature=1.5, lr_bank=0.03),
 )
 
 
@@ -94,14 +98,28 @@ class StudySettings:
     """Scale of the D17 study (values per profile in :meth:`from_profile`).
 
     Sizes are numbers of sequences; lengths are in tokens ([CLS] and [SEP] included for text).
-    The readouts share ``lr``, ``lr_bank``, ``batch_size`` and the per-task width and number
-    of slots; DDCL runs at tau = ``ddcl_relative_temperature`` * T_c of its tokens at the start,
-    with L_q weight ``ddcl_lam``.
+
+    *Main runs* (the three readouts on every task, ``seeds``, ``epochs``): batch
+    ``batch_size``, AdamW (``weight_decay``) at ``lr`` for bank and rest alike, a linear warm-up
+    over ``warmup_fraction`` of the steps then a cosine decay to 0 (the peers' recipes, scaled to
+    the run). DDCL is the text chapter's readout: K = the number of classes
+    on the text tasks, k-means++ plus ``ddcl_lloyd_steps`` Lloyd steps, tau =
+    ``ddcl_temperature_fraction`` times the trace of its projected tokens' covariance, L_q
+    weight ``ddcl_lam``. On ``decide_task`` every readout's learning rate is chosen from
+    ``tune_lrs`` by validation accuracy (``tune_fraction`` of the training sequences held out,
+    one run per value): the same tuning budget for each.
+
+    *Mechanism sweep* (``sweep_*``): the earlier recipe, unchanged (constant ``sweep_lr``,
+    Adam, batch ``sweep_batch_size``, DDCL at tau = ``sweep_relative_temperature`` T_c of L_q,
+    no Lloyd steps), so that its settings are the ones the sweep was designed around.
     """
 
-    tasks: tuple[str, ...] = TASKS
+    tasks: tuple[str, ...] = ("20ng", "debris")
     seeds: tuple[int, ...] = (0, 1, 2)
     epochs: int = 8
+    decide_task: str = "20ng"
+    tune_lrs: tuple[float, ...] = (3e-3, 1e-2, 3e-2)
+    tune_fraction: float = 0.2
     sweep_task: str = "debris"
     sweep_seeds: tuple[int, ...] = (0, 1)
     sweep_epochs: int = 8
@@ -120,14 +138,19 @@ class StudySettings:
     text_dim: int = 32
     debris_dim: int = 16
     hidden: int = 32
-    sst2_slots: int = 4
-    ng_slots: int = 8
+    sst2_slots: int = 2
+    ng_slots: int = 20
     debris_slots: int = 6
     batch_size: int = 64
     lr: float = 3e-3
-    lr_bank: float = 3e-3
+    weight_decay: float = 1e-4
+    warmup_fraction: float = 0.05
     ddcl_lam: float = 0.01
-    ddcl_relative_temperature: float = 0.1
+    ddcl_temperature_fraction: float = 0.1
+    ddcl_lloyd_steps: int = 10
+    sweep_batch_size: int = 64
+    sweep_lr: float = 3e-3
+    sweep_relative_temperature: float = 0.05
     measure_sequences: int = 256
     cost_lengths: tuple[int, ...] = (32, 128, 512)
     cost_batch: int = 8
@@ -138,43 +161,66 @@ class StudySettings:
         if not self.tasks or any(t not in TASKS for t in self.tasks):
             raise ValueError(f"tasks: expected a non-empty tuple drawn from {TASKS}, "
                              f"got {self.tasks!r}")
-        if self.sweep_task not in TASKS:
-            raise ValueError(f"sweep_task: expected one of {TASKS}, got {self.sweep_task!r}")
+        for name in ("sweep_task", "decide_task"):
+            if getattr(self, name) not in TASKS:
+                raise ValueError(f"{name}: expected one of {TASKS}, got {getattr(self, name)!r}")
+        if self.decide_task not in self.tasks:
+            raise ValueError(f"decide_task: expected one of tasks {self.tasks}, got "
+                             f"{self.decide_task!r}")
         for name in ("seeds", "sweep_seeds"):
             v = getattr(self, name)
             if not v or any(isinstance(x, bool) or not isinstance(x, int) or x < 0 for x in v):
                 raise ValueError(f"{name}: expected a non-empty tuple of ints >= 0, got {v!r}")
+        if not self.tune_lrs or any(not (isinstance(x, (int, float)) and math.isfinite(x)
+                                         and x > 0) for x in self.tune_lrs):
+            raise ValueError(f"tune_lrs: expected a non-empty tuple of floats > 0, got "
+                             f"{self.tune_lrs!r}")
+        if not (isinstance(self.tune_fraction, float) and 0 < self.tune_fraction < 1):
+            raise ValueError(f"tune_fraction: expected a float in (0, 1), got "
+                             f"{self.tune_fraction!r}")
         for name in ("epochs", "sweep_epochs", "encoder_batch_tokens", "sst2_train",
                      "sst2_max_length", "ng_train",
                      "ng_test", "ng_max_length", "debris_train", "debris_test", "debris_length",
                      "text_dim", "debris_dim", "hidden", "sst2_slots", "ng_slots",
-                     "debris_slots", "batch_size", "measure_sequences", "cost_batch",
-                     "repeats"):
+                     "debris_slots", "batch_size", "sweep_batch_size", "measure_sequences",
+                     "cost_batch", "repeats"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name}: expected an int >= 1, got {v!r}")
-        if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0:
-            raise ValueError(f"warmup: expected an int >= 0, got {self.warmup!r}")
-        for name in ("lr", "lr_bank", "ddcl_relative_temperature"):
+        for name in ("warmup", "ddcl_lloyd_steps"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"{name}: expected an int >= 0, got {v!r}")
+        for name in ("lr", "sweep_lr", "sweep_relative_temperature",
+                     "ddcl_temperature_fraction"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise ValueError(f"{name}: expected a finite float > 0, got {v!r}")
-        if not (isinstance(self.ddcl_lam, (int, float)) and self.ddcl_lam >= 0):
-            raise ValueError(f"ddcl_lam: expected a float >= 0, got {self.ddcl_lam!r}")
+        for name in ("ddcl_lam", "weight_decay"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+                raise ValueError(f"{name}: expected a float >= 0, got {v!r}")
+        if not (isinstance(self.warmup_fraction, (int, float)) and 0 <= self.warmup_fraction < 1):
+            raise ValueError(f"warmup_fraction: expected a float in [0, 1), got "
+                             f"{self.warmup_fraction!r}")
         if not self.cost_lengths or any(isinstance(t, bool) or not isinstance(t, int) or t < 1
                                         for t in self.cost_lengths):
             raise ValueError(f"cost_lengths: expected ints >= 1, got {self.cost_lengths!r}")
 
     @classmethod
     def from_profile(cls, **overrides) -> StudySettings:
-        """cpu: subsamples that execute in about a minute and a half on one core; paper: the
-        full corpora (SST-2: a class-balanced 20,000 of the training phrases), longer texts,
-        five seeds, 30 epochs, lengths up to 4096. ``overrides`` replace single fields."""
+        """cpu: subsamples and 8 epochs, three seeds (a regression run); reference: the same
+        data, five seeds (the rule's) and 20 epochs; paper: the full corpora (SST-2: a
+        class-balanced 20,000 of the training phrases), longer texts, five seeds, 30 epochs,
+        lengths up to 4096. ``overrides`` replace single fields."""
         p = profile.current()
         base = dict(
             encoder=p.pick(cpu="minilm", paper="bert-base-uncased"),
-            seeds=p.pick(cpu=(0, 1, 2), paper=(0, 1, 2, 3, 4), smoke=(0,)),
-            epochs=p.pick(cpu=8, paper=30, smoke=1),
+            seeds=p.pick(cpu=(0, 1, 2), reference=(0, 1, 2, 3, 4), paper=(0, 1, 2, 3, 4),
+                         smoke=(0,)),
+            epochs=p.pick(cpu=8, reference=20, paper=30, smoke=2),
+            tune_lrs=p.pick(cpu=(3e-3, 1e-2, 3e-2), paper=(1e-3, 3e-3, 1e-2, 3e-2),
+                            smoke=(3e-3,)),
             sweep_seeds=p.pick(cpu=(0, 1), paper=(0, 1, 2), smoke=(0,)),
             sweep_epochs=p.pick(cpu=8, paper=30, smoke=1),
             sst2_train=p.pick(cpu=1000, paper=20000, smoke=64),
@@ -207,18 +253,33 @@ class StudySettings:
     def peer_settings(self, task: str, seed: int, *, sweep: bool = False,
                       **overrides) -> PeerSettings:
         """The :class:`PeerSettings` of one training run on ``task`` (text: a linear map of
-        the frozen tokens before the readout; debris: the per-token MLP)."""
+        the frozen tokens before the readout; debris: the per-token MLP); ``sweep``: the
+        mechanism sweep's recipe."""
         dim, slots = self.task_shape(task)
         base = dict(num_slots=slots, dim=dim, hidden=self.hidden,
-                    epochs=self.sweep_epochs if sweep else self.epochs,
-                    batch_size=self.batch_size, lr=self.lr, lr_bank=self.lr_bank,
-                    ddcl_lam=self.ddcl_lam,
-                    ddcl_relative_temperature=self.ddcl_relative_temperature,
                     encoder="mlp" if task == "debris" else "linear", seed=seed,
+                    ddcl_lam=self.ddcl_lam,
                     measure_sequences=self.measure_sequences, test_every_epoch=False,
                     cost_lengths=self.cost_lengths, cost_batch=self.cost_batch,
                     cost_repeats=self.repeats, cost_warmup=self.warmup)
+        if sweep:
+            base |= dict(epochs=self.sweep_epochs, batch_size=self.sweep_batch_size,
+                         lr=self.sweep_lr, lr_bank=self.sweep_lr,
+                         ddcl_relative_temperature=self.sweep_relative_temperature)
+        else:
+            base |= dict(epochs=self.epochs, batch_size=self.batch_size, lr=self.lr,
+                         lr_bank=self.lr, weight_decay=self.weight_decay, schedule="cosine",
+                         warmup_fraction=self.warmup_fraction,
+                         ddcl_temperature_fraction=self.ddcl_temperature_fraction,
+                         ddcl_lloyd_steps=self.ddcl_lloyd_steps)
+        if "lr" in overrides and "lr_bank" not in overrides:
+            overrides = overrides | {"lr_bank": overrides["lr"]}
         return PeerSettings(**(base | overrides))
+
+    def scales(self) -> tuple[int, ...]:
+        """The epochs at which the deciding statistic is read (checkpoints of each run, the
+        last one deciding): a quarter, half, three quarters and all of ``epochs``."""
+        return tuple(sorted({max(1, round(self.epochs * f)) for f in (0.25, 0.5, 0.75, 1.0)}))
 
 
 @dataclass
@@ -243,6 +304,8 @@ class StudyResult:
         flops: readout -> FLOPs per sequence at each of ``settings.cost_lengths``
             (:func:`flop_counts`, at the width and slot count of the first text task).
         cost: forward times of the same readouts (:func:`inference_cost`), or None.
+        tuning: readout -> learning rate -> validation accuracy on ``settings.decide_task``
+            (:func:`tune`).
     """
 
     settings: StudySettings
@@ -251,6 +314,12 @@ class StudyResult:
     sweep: list[SweepRun]
     flops: dict[str, list[int]]
     cost: CostResult | None
+    tuning: dict[str, dict[float, float]] = field(default_factory=dict)
+
+    def chosen_lr(self, kind: str) -> float:
+        """The learning rate of ``kind``'s main runs on the deciding task (best validation
+        accuracy; the first of ``tune_lrs`` among equals)."""
+        return chosen_lr(self.tuning[kind])
 
     @property
     def slot_iterations(self) -> int:
@@ -273,6 +342,46 @@ def _unit(ckpt: RunDir, key: str, kind: str, task: TaskData,
                                             run=ckpt, name=key))
 
 
+def chosen_lr(scores: dict[float, float]) -> float:
+    """The learning rate with the best validation accuracy in ``scores`` (lr -> accuracy);
+    among equals the first."""
+    if not scores:
+        raise ValueError("scores: expected at least one learning rate")
+    best = max(scores.values())
+    return next(lr for lr, acc in scores.items() if acc == best)
+
+
+def validation_split(data: TokenSet, fraction: float, seed: int) -> tuple[TokenSet, TokenSet]:
+    """(fit, validation): a seeded random ``fraction`` of the sequences of ``data`` held out."""
+    n = data.tokens.shape[0]
+    held = max(1, int(round(fraction * n)))
+    if held >= n:
+        raise ValueError(f"fraction: leaves no training sequence out of {n}")
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+    pick = lambda idx: TokenSet(data.tokens[idx], data.mask[idx], data.labels[idx])
+    return pick(order[held:].sort().values), pick(order[:held].sort().values)
+
+
+def tune(s: StudySettings, task: TaskData, ckpt: RunDir | None = None
+         ) -> dict[str, dict[float, float]]:
+    """readout -> learning rate -> validation accuracy: each readout of :data:`READOUTS`
+    trained once (seed ``s.seeds[0]``) per value of ``s.tune_lrs`` on the training sequences of
+    ``task`` less a held-out ``s.tune_fraction`` (seed ``s.data_seed``), with the main runs'
+    recipe. The same budget for every readout."""
+    fit_set, val_set = validation_split(task.train, s.tune_fraction, s.data_seed)
+    ckpt = ckpt or RunDir("peer_readouts", s)
+    out: dict[str, dict[float, float]] = {}
+    for kind in READOUTS:
+        out[kind] = {}
+        for lr in s.tune_lrs:
+            key = f"tune/{task.name}/{kind}/lr={lr:g}"
+            ps = s.peer_settings(task.name, s.seeds[0], lr=lr)
+            hist = ckpt.unit(key, functools.partial(train_readout, kind, fit_set, ps, val_set,
+                                                    run=ckpt, name=key))
+            out[kind][float(lr)] = float(hist.final.test_acc)
+    return out
+
+
 def run_study(settings: StudySettings | None = None, *, encoder=None,
               tasks: dict[str, TaskData] | None = None, timing: bool = True) -> StudyResult:
     """Train the three readouts on every task over ``settings.seeds``, run the mechanism
@@ -293,11 +402,13 @@ def run_study(settings: StudySettings | None = None, *, encoder=None,
                                        batch_tokens=s.encoder_batch_tokens)
             data[name] = load_task(name, s, encoder)
     ckpt = RunDir("peer_readouts", s)
+    tuning = tune(s, data[s.decide_task], ckpt)
     main: dict[str, dict[str, list[ReadoutHistory]]] = {}
     for task in progress(s.tasks, desc="tasks"):
         d = data[task]
+        lr = {k: chosen_lr(tuning[k]) if task == s.decide_task else s.lr for k in READOUTS}
         main[task] = {kind: [_unit(ckpt, f"main/{task}/{kind}/seed={seed}", kind, d,
-                                   s.peer_settings(task, seed))
+                                   s.peer_settings(task, seed, lr=lr[kind]))
                              for seed in s.seeds] for kind in READOUTS}
     d = data[s.sweep_task]
     sweep = []
@@ -310,7 +421,7 @@ def run_study(settings: StudySettings | None = None, *, encoder=None,
     flops = flop_counts(cs)
     cost = inference_cost(cs) if timing else None
     ckpt.finish({"tasks": list(s.tasks), "sweep_runs": len(sweep)})
-    return StudyResult(s, data, main, sweep, flops, cost)
+    return StudyResult(s, data, main, sweep, flops, cost, tuning)
 
 
 def run(settings=None, *args, **kwargs):

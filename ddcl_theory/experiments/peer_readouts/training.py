@@ -3,6 +3,8 @@
 (:func:`compare_readouts`)."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 from torch import nn
@@ -14,6 +16,7 @@ from ddcl_theory.experiments.peer_readouts.model import (
     bank_parameters,
     build_readout,
     ddcl_critical_temperature,
+    ddcl_trace_temperature,
     near_equal_,
 )
 from ddcl_theory.experiments.peer_readouts.records import (
@@ -22,6 +25,7 @@ from ddcl_theory.experiments.peer_readouts.records import (
     _measure,
 )
 from ddcl_theory.experiments.peer_readouts.settings import READOUTS, PeerSettings
+from ddcl_theory.layers.readouts import lloyd
 from ddcl_theory.runtime import profile
 from ddcl_theory.runtime.rundir import RunDir
 from ddcl_theory.runtime.progress import progress
@@ -30,22 +34,54 @@ from ddcl_theory.runtime.training import fit
 
 def _initial_model(kind: str, data: TokenSet, s: PeerSettings, n_classes: int,
                    gen: torch.Generator) -> ReadoutClassifier:
-    """The model before training: DDCL's prototypes from k-means++ on the encoded tokens and
-    its temperature relative to T_c (when the settings ask), near-equal banks (when asked)."""
+    """The model before training: DDCL's prototypes from k-means++ (and ``ddcl_lloyd_steps``
+    Lloyd steps) on the encoded tokens and its temperature relative to T_c of the trained L_q
+    or to the tokens' trace (when the settings ask), near-equal banks (when asked)."""
     model = ReadoutClassifier(data.tokens.shape[-1], build_readout(kind, s), s.dim, s.hidden,
                               n_classes, encoder=s.encoder)
     if kind == "ddcl" and s.ddcl_kmeans_init:
         with torch.no_grad():
+            layer = model.readout.layer
             z = model.encoder(data.tokens)
-            model.readout.layer.init_prototypes_from(z, data.mask, generator=gen)
+            layer.init_prototypes_from(z, data.mask, generator=gen)
+            if s.ddcl_lloyd_steps:
+                tokens = layer.in_proj(z[data.mask])
+                layer.prototypes[0].copy_(lloyd(tokens, layer.prototypes[0],
+                                                s.ddcl_lloyd_steps))
     if kind == "ddcl" and s.ddcl_relative_temperature > 0:
-        t_c = ddcl_critical_temperature(model, data)  # F's T_c; the trained L_q's is 2 T_c
+        t_c = ddcl_critical_temperature(model, data)           # the trained L_q's 4 lambda_max
         model.readout.layer.set_temperature(max(s.ddcl_relative_temperature * t_c, 1e-12))
+    elif kind == "ddcl" and s.ddcl_temperature_fraction > 0:
+        model.readout.layer.set_temperature(
+            ddcl_trace_temperature(model, data, s.ddcl_temperature_fraction))
     if s.bank_init == "near_equal":
         for bank in bank_parameters(model.readout):
             if bank.dim() >= 2 and bank.shape[-2] > 1:
                 near_equal_(bank, s.near_equal_noise, gen)
     return model
+
+
+def _optimizers(bank: list, rest: list, s: PeerSettings) -> list[torch.optim.Optimizer]:
+    """Adam (AdamW when ``weight_decay`` > 0): the bank at ``lr_bank``, the rest at ``lr``."""
+    if s.weight_decay > 0:
+        return [torch.optim.AdamW(bank, lr=s.lr_bank, weight_decay=s.weight_decay),
+                torch.optim.AdamW(rest, lr=s.lr, weight_decay=s.weight_decay)]
+    return [torch.optim.Adam(bank, lr=s.lr_bank), torch.optim.Adam(rest, lr=s.lr)]
+
+
+def _schedule(s: PeerSettings, steps: int):
+    """The learning-rate factor at each optimiser step: 1 (``"constant"``), or a linear warm-up
+    over ``warmup_fraction`` of the ``steps`` then a cosine decay to 0 (``"cosine"``)."""
+    if s.schedule == "constant":
+        return lambda step: 1.0
+    warm = int(round(s.warmup_fraction * steps))
+
+    def factor(step: int) -> float:
+        if step < warm:
+            return (step + 1) / warm
+        done = min(step - warm, steps - warm) / max(steps - warm, 1)
+        return 0.5 * (1.0 + math.cos(math.pi * done))
+    return factor
 
 
 def train_readout(kind: str, data: TokenSet, settings: PeerSettings | None = None,
@@ -80,7 +116,9 @@ def train_readout(kind: str, data: TokenSet, settings: PeerSettings | None = Non
     bank = bank_parameters(model.readout)
     bank_ids = {id(p) for p in bank}
     rest = [p for p in model.parameters() if id(p) not in bank_ids]
-    optimizers = [torch.optim.Adam(bank, lr=s.lr_bank), torch.optim.Adam(rest, lr=s.lr)]
+    optimizers = _optimizers(bank, rest, s)
+    steps = s.epochs * -(-data.tokens.shape[0] // s.batch_size)
+    schedulers = [torch.optim.lr_scheduler.LambdaLR(o, _schedule(s, steps)) for o in optimizers]
     hist = ReadoutHistory(kind)
     hist.records.append(_measure(model, data, test, 0, float("nan"), s))
     n = data.tokens.shape[0]
@@ -105,7 +143,8 @@ def train_readout(kind: str, data: TokenSet, settings: PeerSettings | None = Non
         return {"record": record, "stop": stop}
 
     log = fit(model, optimizers, rounds=s.epochs, batches=batches, loss=loss, device=device,
-              run=run, name=name, generators={"gen": gen}, end_of_round=end_of_round,
+              run=run, name=name, schedulers=schedulers, generators={"gen": gen},
+              end_of_round=end_of_round,
               stop_if=lambda metrics: metrics["stop"], desc=f"{kind} epochs")
     hist.records += [m["record"] for m in log.metrics]         # also the epochs resumed past
     return hist
