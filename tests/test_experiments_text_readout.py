@@ -146,13 +146,95 @@ def test_balanced_draw_is_balanced_sorted_and_skips_unusable_rows():
     assert T.balanced_draw(labels, 0, gen).tolist() == list(range(85))
 
 
-def test_comparison_outcomes_and_margins():
-    c = T.Comparison("sst2", "[CLS] probe", "DDCL K=2", 0.05, 0.02)
-    assert c.outcome == "better"
-    assert T.Comparison("sst2", "x", "y", -0.05, 0.02).outcome == "worse"
-    assert T.Comparison("sst2", "x", "y", 0.01, 0.02).outcome == "tie"
-    assert T.margin([0.5, 0.5], [0.6, 0.6]) == 0.01
-    assert T.margin([0.5, 0.7], [0.6, 0.6]) == pytest.approx(0.2)
+def test_linear_probe_cv_chooses_c_from_the_grid_by_cross_validation():
+    gen = torch.Generator().manual_seed(0)
+    f = torch.randn(240, 20, generator=gen)
+    y = (f[:, 0] + 0.5 * f[:, 1] + 0.3 * torch.randn(240, generator=gen) > 0).long()
+    log = P.linear_probe_cv(f[:160], y[:160], f[160:], y[160:], seed=0)
+    assert log.c in P.PROBE_CS and log.test_acc > 0.85
+    again = P.linear_probe_cv(f[:160], y[:160], f[160:], y[160:], seed=0)
+    assert again == log                                     # deterministic for a seed
+    with pytest.raises(ValueError, match="cs"):
+        P.linear_probe_cv(f[:160], y[:160], f[160:], y[160:], cs=(0.0,))
+
+
+def test_validation_split_is_stratified_disjoint_and_seeded():
+    y = np.repeat([0, 1, 2], [40, 30, 30])
+    a, b = P.validation_split(y, 0.2, seed=3)
+    assert len(b) == 20 and set(a).isdisjoint(b) and len(a) + len(b) == 100
+    assert np.bincount(y[b]).tolist() == [8, 6, 6]
+    assert np.array_equal(P.validation_split(y, 0.2, seed=3)[1], b)
+    assert not np.array_equal(P.validation_split(y, 0.2, seed=4)[1], b)
+
+
+def _token_task(n=240, t=10, d=16, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, t, d, generator=gen)
+    y = torch.arange(n) % 2
+    x[y == 1, :3, 0] += 4.0
+    flip = torch.rand(n, generator=gen) < 0.1                   # label noise: CE stays > 0
+    y = torch.where(flip, 1 - y, y)
+    mask = torch.ones(n, t, dtype=torch.bool)
+    return x, y, mask
+
+
+def test_ddcl_readout_fit_learns_stops_and_sets_tau_from_the_quantisation_tc():
+    from ddcl_theory.theory.collapse import critical_temperature  # noqa: F401 - named objective
+
+    x, y, mask = _token_task()
+    parts = [torch.arange(0, 128), torch.arange(128, 160), torch.arange(160, 240)]
+    tr, va, te = (R.PackedTokens.from_padded(x[i], mask[i]) for i in parts)
+    cfg = dataclasses.replace(T.DDCL_READOUT, head_dim=8, max_epochs=40, batch_size=32,
+                              lr=1e-2, init_sequences=64)
+    run = P.ddcl_readout_fit(tr, y[parts[0]], va, y[parts[1]], te, y[parts[2]],
+                             num_prototypes=2, config=cfg, seed=0)
+    assert run.finished and run.stopped in ("plateau", "passed optimum")
+    assert run.epochs >= cfg.min_epochs and len(run.val_loss) == run.epochs
+    assert run.best_epoch == int(np.argmin(run.val_loss)) + 1
+    assert run.selected_test_acc > 0.75 and run.test_acc_at(99) == run.test_acc[-1]
+    assert run.tau == pytest.approx(cfg.relative_temperature * run.t_c) and run.t_c_end > 0
+    assert min(run.v) >= 0
+    assert max(abs(a - b - v) / a for a, b, v in zip(run.l_q, run.l_ols, run.v)) < 1e-4
+    again = P.ddcl_readout_fit(tr, y[parts[0]], va, y[parts[1]], te, y[parts[2]],
+                               num_prototypes=2, config=cfg, seed=0)
+    assert again.val_loss == run.val_loss                  # seeded
+
+
+def test_a_run_that_hits_the_epoch_cap_is_not_finished():
+    x, y, mask = _token_task(seed=1)
+    parts = [torch.arange(0, 128), torch.arange(128, 160), torch.arange(160, 240)]
+    tr, va, te = (R.PackedTokens.from_padded(x[i], mask[i]) for i in parts)
+    cfg = dataclasses.replace(T.DDCL_READOUT, head_dim=8, max_epochs=2, min_epochs=2,
+                              batch_size=32, init_sequences=64)
+    run = P.ddcl_readout_fit(tr, y[parts[0]], va, y[parts[1]], te, y[parts[2]],
+                             num_prototypes=2, config=cfg, seed=0)
+    assert run.epochs == 2 and run.stopped == "max epochs" and not run.finished
+
+
+def test_the_readout_configuration_is_one_and_checked():
+    assert T.ddcl_readout_config() is T.DDCL_READOUT
+    cfg = T.ddcl_readout_config()
+    assert cfg.objective == "quantisation" and 0 < cfg.relative_temperature < 1
+    assert "T_c of L_q" in cfg.describe()
+    with pytest.raises(ValueError, match="objective"):
+        dataclasses.replace(cfg, objective="other")
+    with pytest.raises(ValueError, match="min_epochs"):
+        dataclasses.replace(cfg, min_epochs=cfg.max_epochs + 1)
+
+
+def test_encoder_max_length_reads_the_sentence_transformers_config(tmp_path):
+    class Fake:
+        source = str(tmp_path)
+
+    (tmp_path / "sentence_bert_config.json").write_text('{"max_seq_length": 256}')
+    assert T.encoder_max_length(Fake()) == 256
+
+
+def test_reference_profile_uses_the_rule_seeds_and_the_encoder_length(monkeypatch):
+    monkeypatch.setenv(profile.PROFILE_ENV, "reference")
+    ref = T.TextReadoutSettings.from_profile()
+    assert ref.seeds == 10 and ref.imdb_max_length == ref.ng_max_length == 256
+    assert ref.readout == T.DDCL_READOUT
 
 
 def test_paper_profile_scales_the_settings(monkeypatch):
@@ -170,23 +252,30 @@ def test_paper_profile_scales_the_settings(monkeypatch):
                     reason="SST-2 not in a data directory")
 def test_run_corpus_end_to_end_with_a_fake_encoder(tmp_path, monkeypatch):
     monkeypatch.setenv("DDCL_CACHE_DIR", str(tmp_path))
+    readout = dataclasses.replace(T.DDCL_READOUT, max_epochs=4, min_epochs=1)
     s = dataclasses.replace(T.TextReadoutSettings(), sst2_train=200, sst2_max_length=8, seeds=2,
-                            epochs=2, cluster_steps=5, cluster_tokens=500)
+                            readout=readout, cluster_seeds=2, cluster_steps=5,
+                            cluster_tokens=500, probe_folds=3)
     enc = FakeEncoder()
     r = T.run_corpus("sst2", s, enc)
     assert r.n_train == 200 and r.n_test == 872 and r.full_test == 872
-    assert set(r.probe) == {"[CLS]", "mean", "DDCL K=2"}
-    assert len(r.probe["DDCL K=2"]) == 2 and len(r.probe["mean"]) == 1
-    assert all(0 <= a <= 1 for v in r.probe.values() for a in v)
-    assert r.ddcl_min_v["DDCL K=2"] >= 0 and r.ddcl_identity["DDCL K=2"] < 1e-4
+    assert r.n_fit + r.n_val == 200 and r.n_val == 40
+    assert set(r.accuracy) == {"[CLS]", "mean", "DDCL"} and len(r.ddcl) == 2
+    assert all(0 <= a <= 1 for v in r.accuracy.values() for a in v)
+    assert r.probes["mean"].c in s.probe_cs
+    assert r.min_v >= 0 and r.identity < 1e-4
+    assert [len(r.ddcl_at(scale)) for scale in T.SCALES] == [2, 2, 2]
     assert {(c.method, c.k) for c in r.clusters} == {
         (m, 2) for m in ("k-means on [CLS]", "k-means on mean", "DDCL on tokens", "DDCL on mean")}
     calls = enc.calls
     T.run_corpus("sst2", s, enc)                    # the second run reads the cache
     assert enc.calls == calls
     res = T.TextReadoutResult(s, enc.name, {"sst2": r})
-    comps = T.comparisons(res)
-    assert [c.baseline for c in comps] == ["[CLS] probe", "mean probe", "k-means on [CLS]"]
+    ivs = T.intervals(res)
+    assert set(ivs["sst2"]) == set(T.SCALES)
+    mean_iv, cls_iv = ivs["sst2"][T.SELECTED]
+    assert mean_iv.method == "paired t" and mean_iv.n == 2
+    assert mean_iv.estimate == pytest.approx(np.mean(r.ddcl) - r.probes["mean"].test_acc)
 
 
 def test_a_killed_ddcl_probe_resumes_to_the_same_numbers(tmp_path, monkeypatch):

@@ -3,60 +3,97 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
-from ddcl_theory.experiments.text_readout import TITLES, ClusterScore, Comparison
-from ddcl_theory.ledger.decisions.text_readout import d14_word, decide_d14
+from ddcl_theory.experiments.text_readout import SCALES, TITLES
+from ddcl_theory.ledger import stats
+from ddcl_theory.ledger.decisions.text_readout import (
+    RULE,
+    combine,
+    corpus_word,
+    decide_d14,
+    deciding,
+)
 from ddcl_theory.ledger.verdict import Verdict
 
 
-def _corpus(classes, ddcl, cls, mean, clusters=(0.5, 0.4, 0.45)):
-    d, c_tokens, c_mean, kmeans = f"DDCL K={classes}", *clusters
-    probe = {"[CLS]": [cls], "mean": [mean], d: [ddcl - 0.01, ddcl + 0.01, ddcl]}
-    probe["DDCL K=4"] = [ddcl]                     # the aggregator's K on IMDB
-    scores = [ClusterScore(m, classes, [a], [a], [0.1], [0.1])
-              for m, a in (("DDCL on tokens", c_tokens), ("DDCL on mean", c_mean),
-                           ("k-means on [CLS]", kmeans), ("k-means on mean", kmeans))]
-    return SimpleNamespace(num_classes=classes, n_train=2000, n_test=300, max_length=128,
-                           probe=probe, clusters=scores)
+def _run(acc, finished=True):
+    return SimpleNamespace(selected_test_acc=acc, finished=finished,
+                           stopped="passed optimum" if finished else "max epochs", best_epoch=4)
 
 
-def _result():
-    return SimpleNamespace(corpora={"sst2": _corpus(2, 0.75, 0.72, 0.75),
-                                    "imdb": _corpus(2, 0.70, 0.60, 0.70),
-                                    "20ng": _corpus(20, 0.39, 0.49, 0.53)})
+def _corpus(ddcl, cls, mean, *, seeds=10, spread=0.01, finished=True, classes=2):
+    accs = ddcl + spread * np.sin(np.arange(seeds))            # deterministic seed spread
+    runs = [_run(float(a), finished) for a in accs]
+    return SimpleNamespace(num_classes=classes, n_train=300, n_test=300, n_fit=240, n_val=60,
+                           max_length=256, truncated=0.3, runs=runs,
+                           ddcl=[float(a) for a in accs],
+                           probes={"[CLS]": SimpleNamespace(test_acc=cls, c=0.01),
+                                   "mean": SimpleNamespace(test_acc=mean, c=0.001)})
 
 
-def test_d14_word_follows_the_count_of_better_comparisons():
-    better = Comparison("sst2", "[CLS] probe", "DDCL K=2", 0.05, 0.02)
-    worse = Comparison("x", "y", "z", -1.0, 0.1)
-    tie = Comparison("x", "y", "z", 0.0, 0.1)
-    assert d14_word([better, better]) == "reproduced"
-    assert d14_word([better, worse]) == "qualified"
-    assert d14_word([better, tie]) == "qualified"
-    assert d14_word([worse, tie]) == "not reproduced"
+def _intervals(result):
+    out = {}
+    for name, c in result.corpora.items():
+        pair = tuple(stats.paired_t(c.ddcl, [c.probes[b].test_acc] * len(c.ddcl))
+                     for b in ("mean", "[CLS]"))
+        out[name] = {scale: pair for scale in SCALES}
+    return out
 
 
-def test_decide_d14_quotes_the_numbers_and_counts_the_outcomes():
-    result = _result()
-    comps = [Comparison("sst2", "[CLS] probe", "DDCL K=2", 0.03, 0.01),
-             Comparison("sst2", "mean probe", "DDCL K=2", 0.0, 0.01),
-             Comparison("20ng", "mean probe", "DDCL K=20", -0.14, 0.01)]
-    v = decide_d14(result, comps, TITLES)
-    assert isinstance(v, Verdict) and v.claim == "D14" and v.word == "qualified"
-    assert v.numbers == {"better": 1, "tie": 1, "worse": 1, "comparisons": 3}
-    assert "SST-2: DDCL 0.750 vs [CLS] 0.720 vs mean 0.750" in v.evidence
-    assert "ACC SST-2 0.500 vs 0.450" in v.evidence
-    assert "SST-2: better vs [CLS] probe, tie vs mean probe; IMDB: ; 20 Newsgroups: worse vs " \
-           "mean probe; better in 1, tie in 1, worse in 1 of 3." in v.evidence
-    assert v.our_value.startswith("acc SST-2 DDCL 0.750 / mean 0.750; IMDB (K=4) DDCL 0.700")
-    assert v.n_seeds == 3 and v.tolerance.abs == 0.03 and v.rule
+def _result(**corpora):
+    return SimpleNamespace(encoder="fake", corpora=corpora)
 
 
-def test_decide_d14_reproduced_and_not_reproduced():
-    up = [Comparison("sst2", "[CLS] probe", "DDCL K=2", 0.03, 0.01)]
-    down = [Comparison("sst2", "[CLS] probe", "DDCL K=2", -0.03, 0.01)]
-    assert decide_d14(_result(), up, TITLES).word == "reproduced"
-    assert decide_d14(_result(), down, TITLES).word == "not reproduced"
-    with pytest.raises(ValueError, match="comparisons"):
-        decide_d14(_result(), [], TITLES)
+def _decide(result):
+    return decide_d14(result, _intervals(result), TITLES, SCALES)
+
+
+def test_every_data_set_above_both_probes_is_reproduced():
+    r = _result(sst2=_corpus(0.85, 0.70, 0.80), imdb=_corpus(0.80, 0.65, 0.75),
+                **{"20ng": _corpus(0.70, 0.60, 0.62, classes=20)})
+    v = _decide(r)
+    assert isinstance(v, Verdict) and v.word == "reproduced"
+    assert v.rule == RULE.text and v.n_seeds == 10 and v.scale.startswith(SCALES[-1])
+    assert set(v.trend) == set(SCALES) and v.interval[0] > 0
+    assert v.numbers["per_corpus"] == {"sst2": "reproduced", "imdb": "reproduced",
+                                       "20ng": "reproduced"}
+    assert "smallest detectable" in v.evidence.lower() and "Paper" in v.evidence
+
+
+def test_one_data_set_below_the_mean_probe_is_not_reproduced_and_decides():
+    r = _result(sst2=_corpus(0.85, 0.70, 0.80), imdb=_corpus(0.80, 0.65, 0.75),
+                **{"20ng": _corpus(0.40, 0.60, 0.62, classes=20)})
+    v = _decide(r)
+    assert v.word == "not reproduced" and v.numbers["deciding"] == "20ng/mean"
+    assert v.interval[1] < 0
+
+
+def test_an_interval_across_zero_is_inconclusive():
+    r = _result(sst2=_corpus(0.80, 0.70, 0.80, spread=0.02), imdb=_corpus(0.80, 0.65, 0.75))
+    v = _decide(r)
+    assert v.word == "inconclusive" and v.numbers["deciding"] == "sst2/mean"
+
+
+def test_fewer_seeds_than_the_rule_is_at_best_inconclusive():
+    r = _result(sst2=_corpus(0.85, 0.70, 0.80, seeds=3))
+    assert _decide(r).word == "inconclusive" and _decide(r).n_seeds == 3
+
+
+def test_an_unfinished_deciding_run_makes_it_inconclusive():
+    r = _result(sst2=_corpus(0.85, 0.70, 0.80, finished=False))
+    v = _decide(r)
+    assert v.word == "inconclusive" and v.numbers["unfinished"] == 10
+
+
+def test_corpus_word_and_combine_follow_the_rule():
+    up = stats.paired_t([0.8, 0.82, 0.81], [0.7, 0.7, 0.7])
+    assert corpus_word([up, up]) == "inconclusive"            # 3 seeds < 10
+    assert combine(["reproduced", "reproduced"]) == "reproduced"
+    assert combine(["reproduced", "not reproduced", "inconclusive"]) == "not reproduced"
+    assert combine(["reproduced", "inconclusive"]) == "inconclusive"
+    with pytest.raises(ValueError):
+        combine([])
+    low = stats.paired_t([0.5, 0.52, 0.51], [0.7, 0.7, 0.7])
+    assert deciding({"a": (up, low), "b": (up, up)}, "not reproduced") == ("a", "[CLS]")

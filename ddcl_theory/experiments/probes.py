@@ -6,6 +6,12 @@ Supervised: on [CLS] and on the mean, a logistic-regression probe solved to conv
 (:class:`~ddcl_theory.layers.readouts.DDCLPooledReadout`) and its linear head are trained
 together by :func:`train_classifier` (AdamW, mini-batches, a fixed number of epochs, on
 :func:`ddcl_theory.runtime.training.fit`; seeds vary the initialisation and the batch order).
+The evidence of record (claim D14, issue 14) uses the tuned forms: :func:`linear_probe_cv`
+(the probe's inverse regularisation C chosen by stratified k-fold cross-validation on the
+training split, scikit-learn's ``LogisticRegressionCV``) and :func:`ddcl_readout_fit` (the DDCL
+readout trained to its validation plateau, configured by one :class:`DDCLReadoutConfig`: its
+number of epochs is chosen on a validation split held out of the training split, its
+temperature is a stated fraction of the critical temperature of the loss it trains).
 Unsupervised: k-means (:func:`kmeans_clusters`, scikit-learn, k-means++ seeding) on a readout,
 and DDCL clustering (:func:`ddcl_clusters`: a projection-free DDCL layer fitted by minimising
 L_q, each sequence given to its dominant prototype). Clusterings are scored with
@@ -13,6 +19,7 @@ L_q, each sequence given to its dominant prototype). Clusterings are scored with
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,12 +35,15 @@ from ddcl_theory.layers.readouts import (
     lloyd,
     segment_mean,
 )
+from ddcl_theory.metrics.convergence import Convergence, convergence
 from ddcl_theory.runtime import profile
 from ddcl_theory.runtime.rundir import RunDir
 from ddcl_theory.runtime.training import fit
+from ddcl_theory.theory.collapse import critical_temperature
 
 __all__ = ["TrainConfig", "ProbeLog", "train_classifier", "linear_probe", "ddcl_probe",
-           "kmeans_clusters", "DDCLClusters", "ddcl_clusters"]
+           "kmeans_clusters", "DDCLClusters", "ddcl_clusters", "PROBE_CS", "linear_probe_cv",
+           "DDCLReadoutConfig", "ReadoutRun", "validation_split", "ddcl_readout_fit"]
 
 
 @dataclass(frozen=True)
@@ -72,6 +82,8 @@ class ProbeLog:
         test_acc: accuracy on the test set after training; train_acc: on the training set.
         l_q, l_ols, v: DDCL loss terms per step (empty for a linear probe).
         fraction_used: share of the prototypes that are some test token's dominant one (DDCL).
+        c: the inverse regularisation the probe used (chosen by cross-validation in
+            :func:`linear_probe_cv`).
     """
 
     test_acc: float
@@ -80,6 +92,7 @@ class ProbeLog:
     l_ols: list[float] = field(default_factory=list)
     v: list[float] = field(default_factory=list)
     fraction_used: float | None = None
+    c: float | None = None
 
 
 def _batches(n: int, size: int, generator: torch.Generator) -> list[Tensor]:
@@ -272,3 +285,300 @@ def ddcl_clusters(data: PackedTokens, k: int, *, seed: int, steps: int = 100, lr
         else:
             labels = (share / share.mean(0, keepdim=True).clamp_min(1e-12)).argmax(-1)
     return DDCLClusters(labels.cpu().numpy().astype(np.int64), *hist, layer=layer)
+
+
+# ------------------------------------------------------------------------ tuned readouts (D14)
+#: The probe's grid of inverse regularisations C (log-spaced), searched by cross-validation.
+PROBE_CS = (1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)
+
+
+def linear_probe_cv(f_train: Tensor, y_train: Tensor, f_test: Tensor, y_test: Tensor, *,
+                    cs: tuple[float, ...] = PROBE_CS, folds: int = 5, seed: int = 0,
+                    max_iter: int = 2000) -> ProbeLog:
+    """:func:`linear_probe` with C chosen by cross-validation on the training split.
+
+    scikit-learn's ``LogisticRegressionCV`` (lbfgs, L2, accuracy) over the grid ``cs`` with
+    ``folds`` stratified folds shuffled by ``seed``, then refitted on the whole training split
+    at the chosen C. Features are standardised with the training statistics. Its tuning budget:
+    ``len(cs)`` values of one knob, each scored on ``folds`` held-out folds.
+    """
+    from sklearn.linear_model import LogisticRegressionCV
+    from sklearn.model_selection import StratifiedKFold
+
+    if f_train.dim() != 2 or f_test.dim() != 2 or f_train.shape[1] != f_test.shape[1]:
+        raise ValueError(f"f_train, f_test: expected (N, d) features of one width, got "
+                         f"{tuple(f_train.shape)} and {tuple(f_test.shape)}")
+    if not cs or any(not c > 0 for c in cs):
+        raise ValueError(f"cs: expected positive inverse regularisations, got {cs!r}")
+    if isinstance(folds, bool) or not isinstance(folds, int) or folds < 2:
+        raise ValueError(f"folds: expected an int >= 2, got {folds!r}")
+    std = Standardiser.fit(f_train)
+    a, b = std(f_train).cpu().double().numpy(), std(f_test).cpu().double().numpy()
+    ya, yb = y_train.cpu().numpy(), y_test.cpu().numpy()
+    cv = StratifiedKFold(folds, shuffle=True, random_state=seed)
+    clf = LogisticRegressionCV(Cs=list(cs), cv=cv, scoring="accuracy", max_iter=max_iter)
+    with warnings.catch_warnings():          # scikit-learn's notices of future API changes
+        warnings.simplefilter("ignore", FutureWarning)
+        clf.fit(a, ya)
+    return ProbeLog(float((clf.predict(b) == yb).mean()), float((clf.predict(a) == ya).mean()),
+                    c=float(np.ravel(clf.C_)[0]))
+
+
+@dataclass(frozen=True)
+class DDCLReadoutConfig:
+    """One DDCL readout, trained to its validation plateau (the configuration of claims D14 and
+    D17; the text chapter names it :data:`ddcl_theory.experiments.text_readout.DDCL_READOUT`).
+
+    Attributes:
+        name: the configuration's name, printed on the pages that use it.
+        heads, head_dim: of the :class:`DDCLPooledReadout` (K prototypes per head; K is the
+            caller's: the number of classes in the text chapter).
+        relative_temperature: tau = ``relative_temperature`` * T_c, T_c the critical temperature
+            of ``objective`` (:func:`ddcl_theory.theory.collapse.critical_temperature`) on the
+            projected tokens that seed the prototypes, fixed for the run.
+        objective: the loss the readout trains beside the cross-entropy and whose T_c sets tau:
+            "quantisation" (L_q with q differentiated, what the layer's ``l_q`` is).
+        beta: weight of L_q in the loss CE + beta * L_q.
+        lr, weight_decay, batch_size: AdamW on mini-batches of sequences.
+        max_epochs: cap on the epochs; min_epochs: no stop before.
+        plateau_rel, plateau_window: the plateau rule on the validation loss
+            (:func:`ddcl_theory.metrics.convergence.convergence`).
+        patience: stop also when the validation loss has not improved for this many epochs
+            (the run has passed its validation optimum).
+        validation_fraction: share of the training split held out (stratified) to choose the
+            epoch and stop; the readout trains on the rest.
+        init_sequences, lloyd_steps: k-means++ then Lloyd steps on the projected tokens of the
+            first ``init_sequences`` training sequences seed the prototypes.
+    """
+
+    name: str = "DDCL readout v2"
+    heads: int = 1
+    head_dim: int = 32
+    relative_temperature: float = 0.25
+    objective: str = "quantisation"
+    beta: float = 0.01
+    lr: float = 3e-3
+    weight_decay: float = 1e-4
+    batch_size: int = 64
+    max_epochs: int = 40
+    min_epochs: int = 6
+    plateau_rel: float = 0.01
+    plateau_window: int = 3
+    patience: int = 5
+    validation_fraction: float = 0.2
+    init_sequences: int = 256
+    lloyd_steps: int = 10
+
+    def __post_init__(self) -> None:
+        for name in ("heads", "head_dim", "batch_size", "max_epochs", "min_epochs",
+                     "plateau_window", "patience", "init_sequences"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name}: expected an int >= 1, got {v!r}")
+        if self.min_epochs > self.max_epochs:
+            raise ValueError(f"min_epochs: expected <= max_epochs={self.max_epochs}, got "
+                             f"{self.min_epochs}")
+        for name in ("relative_temperature", "lr", "plateau_rel"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name}: expected a number > 0, got {getattr(self, name)!r}")
+        for name in ("beta", "weight_decay"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name}: expected a number >= 0, got {getattr(self, name)!r}")
+        if not 0 < self.validation_fraction < 1:
+            raise ValueError(f"validation_fraction: expected a number in (0, 1), got "
+                             f"{self.validation_fraction!r}")
+        if self.objective not in ("quantisation", "free_energy"):
+            raise ValueError(f"objective: expected 'quantisation' or 'free_energy', got "
+                             f"{self.objective!r}")
+
+    def describe(self) -> str:
+        """The configuration in one sentence (for the pages)."""
+        return (f"{self.name}: {self.heads} head of width {self.head_dim}, K prototypes seeded "
+                f"by k-means++ and {self.lloyd_steps} Lloyd steps, tau = "
+                f"{self.relative_temperature:g} T_c of L_q ({self.objective}, fixed), loss CE + "
+                f"{self.beta:g} L_q, AdamW lr {self.lr:g}, weight decay {self.weight_decay:g}, "
+                f"batches of {self.batch_size}; epochs chosen on a "
+                f"{self.validation_fraction:.0%} validation split: at most {self.max_epochs}, "
+                f"stop after {self.min_epochs} or more when the validation loss plateaus "
+                f"(change <= {self.plateau_rel:.0%} over windows of {self.plateau_window}) or "
+                f"has not improved for {self.patience}; the epoch of least validation loss is "
+                f"the one reported")
+
+
+@dataclass
+class ReadoutRun:
+    """One DDCL readout trained by :func:`ddcl_readout_fit`.
+
+    Attributes:
+        train_loss: mean training loss (CE + beta L_q) per epoch; val_loss: validation CE per
+            epoch (the curve of the stop rule); val_acc, test_acc: accuracies after each epoch.
+        best_epoch: 1-based epoch of least validation loss (the reported model); epochs: run.
+        stopped: "plateau", "passed optimum" or "max epochs".
+        convergence: the plateau test of ``val_loss`` by the configuration's rule.
+        tau, t_c: the temperature and the critical temperature it is a fraction of (on the
+            projected seed tokens at the start); t_c_end: the same critical temperature on
+            the same tokens projected by the trained readout (tau / t_c_end < 1: still below
+            it at the end).
+        l_q, l_ols, v: the layer's loss terms per training step.
+        fraction_used: share of the prototypes that are some test token's dominant one.
+        train_acc: accuracy on the training part at the end.
+    """
+
+    train_loss: list[float]
+    val_loss: list[float]
+    val_acc: list[float]
+    test_acc: list[float]
+    best_epoch: int
+    epochs: int
+    stopped: str
+    convergence: Convergence
+    tau: float
+    t_c: float
+    t_c_end: float
+    l_q: list[float]
+    l_ols: list[float]
+    v: list[float]
+    fraction_used: float
+    train_acc: float
+
+    @property
+    def finished(self) -> bool:
+        """The run reached its validation plateau or passed its validation optimum."""
+        return self.stopped != "max epochs"
+
+    @property
+    def selected_test_acc(self) -> float:
+        """Test accuracy at the epoch of least validation loss."""
+        return self.test_acc[self.best_epoch - 1]
+
+    def test_acc_at(self, epoch: int) -> float:
+        """Test accuracy after ``epoch`` (1-based; the last epoch run when beyond it)."""
+        return self.test_acc[min(epoch, self.epochs) - 1]
+
+
+def validation_split(y: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(train rows, validation rows), sorted: a stratified random split of the labels ``y``
+    (scikit-learn's ``train_test_split`` with ``random_state=seed``)."""
+    from sklearn.model_selection import train_test_split
+
+    rows = np.arange(len(y))
+    a, b = train_test_split(rows, test_size=fraction, random_state=seed, stratify=np.asarray(y))
+    return np.sort(a), np.sort(b)
+
+
+def _stop_reason(val_loss: list[float], config: DDCLReadoutConfig) -> str | None:
+    epoch = len(val_loss)
+    if epoch < config.min_epochs:
+        return None
+    if convergence(val_loss, rel=config.plateau_rel, window=config.plateau_window).plateau:
+        return "plateau"
+    if epoch - 1 - int(np.argmin(val_loss)) >= config.patience:
+        return "passed optimum"
+    return None
+
+
+def ddcl_readout_fit(train: PackedTokens, y_train: Tensor, val: PackedTokens, y_val: Tensor,
+                     test: PackedTokens, y_test: Tensor, *, num_prototypes: int,
+                     config: DDCLReadoutConfig, seed: int,
+                     num_classes: int | None = None) -> ReadoutRun:
+    """Train a :class:`DDCLPooledReadout` with ``config`` on frozen packed tokens until its
+    validation loss plateaus or passes its optimum (at most ``config.max_epochs``).
+
+    Tokens are standardised with the training tokens' statistics. The prototypes are seeded by
+    :meth:`DDCLPooledReadout.calibrate` (k-means++ and Lloyd steps on the projected tokens of the
+    first ``config.init_sequences`` training sequences); then tau = relative_temperature *
+    ``critical_temperature(projected seed tokens, objective=config.objective)``. After each
+    epoch the validation CE, the validation and the test accuracies are recorded, so the test
+    accuracy of every epoch (a scale of readout steps) and of the selected one are at hand.
+    The loop keeps no checkpoints (the stop rule reads the whole validation curve; a run takes
+    seconds): a caller that needs resumption keeps whole runs as units of its run directory.
+    """
+    if len(train) != len(y_train) or len(val) != len(y_val) or len(test) != len(y_test):
+        raise ValueError("y_train, y_val, y_test: expected one label per sequence")
+    gen = profile.seed_everything(seed)
+    std = Standardiser.fit(train.values)
+    tr, va, te = (d.standardised(std) for d in (train, val, test))
+    classes = num_classes or int(max(y_train.max(), y_val.max(), y_test.max())) + 1
+    device = tr.values.device
+    model = DDCLPooledReadout(tr.values.shape[1], classes, num_prototypes, heads=config.heads,
+                              head_dim=config.head_dim).to(device)
+    seed_tokens, _ = tr.batch(torch.arange(min(config.init_sequences, len(tr))))
+    def head_tc() -> float:
+        z = model.ddcl.in_proj(seed_tokens).double()
+        return float(np.mean([critical_temperature(
+            z[:, h * config.head_dim:(h + 1) * config.head_dim], objective=config.objective)
+            for h in range(config.heads)]))
+
+    with torch.no_grad():
+        model.calibrate(seed_tokens, 0.1, generator=gen, lloyd_steps=config.lloyd_steps)
+        t_c = head_tc()
+        tau = config.relative_temperature * t_c
+        model.ddcl.set_temperature(tau)
+
+    def inputs(data: PackedTokens, idx: Tensor) -> tuple[Tensor, Tensor, int]:
+        tokens, seg = data.batch(idx)
+        return tokens, seg, len(idx)
+
+    def evaluate(data: PackedTokens, y: Tensor, batch: int = 256) -> tuple[float, float]:
+        loss, hits = 0.0, 0
+        with torch.no_grad():
+            for i in range(0, len(data), batch):
+                idx = torch.arange(i, min(len(data), i + batch))
+                logits = model(*inputs(data, idx))[0]
+                yy = y[idx.to(y.device)]
+                loss += float(nnf.cross_entropy(logits, yy, reduction="sum"))
+                hits += int((logits.argmax(-1) == yy).sum())
+        return loss / len(data), hits / len(data)
+
+    opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    terms: dict[str, list[float]] = {t: [] for t in _TERMS}
+    curves: dict[str, list[float]] = {"val_loss": [], "val_acc": [], "test_acc": []}
+
+    def batches(_epoch: int) -> list[Tensor]:
+        for values in terms.values():
+            values.clear()
+        return _batches(len(tr), config.batch_size, gen)
+
+    def loss(forward, idx: Tensor) -> Tensor:
+        logits, out = forward(*inputs(tr, idx))
+        value = nnf.cross_entropy(logits, y_train[idx.to(y_train.device)]) \
+            + config.beta * out.losses.l_q
+        for t in _TERMS:
+            terms[t].append(float(getattr(out.losses, t).detach()))
+        if not torch.isfinite(value):
+            raise FloatingPointError("ddcl_readout_fit: the loss became non-finite")
+        return value
+
+    def end_of_round(_epoch: int) -> dict:
+        model.eval()
+        vl, vacc = evaluate(va, y_val)
+        _, tacc = evaluate(te, y_test)
+        model.train()
+        return {"val_loss": vl, "val_acc": vacc, "test_acc": tacc,
+                **{t: list(v) for t, v in terms.items()}}
+
+    def stop_if(metrics: dict) -> bool:
+        for key in curves:
+            curves[key].append(metrics[key])
+        return _stop_reason(curves["val_loss"], config) is not None
+
+    log = fit(model, opt, rounds=config.max_epochs, batches=batches, loss=loss, device=device,
+              generators={"batches": gen}, end_of_round=end_of_round,
+              stop_if=stop_if, desc="DDCL readout epochs")
+    metrics = log.metrics
+    val_loss = [float(m["val_loss"]) for m in metrics]
+    reason = _stop_reason(val_loss, config) or "max epochs"
+    train_loss = [float(np.mean(x)) for x in log.losses] if log.losses else []
+    model.eval()
+    _, train_acc = evaluate(tr, y_train)
+    with torch.no_grad():
+        dominant = model.ddcl(te.values.unsqueeze(1)).assignments[:, :, 0].argmax(-1)
+        t_c_end = head_tc()
+    used = float(np.mean([torch.unique(dominant[:, h]).numel() / num_prototypes
+                          for h in range(dominant.shape[1])]))
+    return ReadoutRun(
+        train_loss, val_loss, [float(m["val_acc"]) for m in metrics],
+        [float(m["test_acc"]) for m in metrics], int(np.argmin(val_loss)) + 1, len(metrics),
+        reason, convergence(val_loss, rel=config.plateau_rel, window=config.plateau_window),
+        float(tau), t_c, t_c_end, *([x for m in metrics for x in m[t]] for t in _TERMS),
+        fraction_used=used, train_acc=train_acc)

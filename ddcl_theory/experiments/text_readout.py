@@ -1,7 +1,8 @@
 """A DDCL readout on a frozen text encoder against [CLS], mean pooling and k-means (claim D14).
 
-Three corpora, each subsampled in the cpu profile (class-balanced draws, the sizes in
-:class:`TextReadoutSettings`) and truncated to a maximum number of tokens:
+Three corpora, each a class-balanced draw (the sizes in :class:`TextReadoutSettings`),
+truncated to a maximum number of tokens (in the reference profile the encoder's own maximum,
+:func:`encoder_max_length`):
 
 * SST-2 (binary sentiment of movie-review sentences): a draw from the 67,349 training phrases;
   the 872 dev sentences are the test set;
@@ -11,17 +12,34 @@ Three corpora, each subsampled in the cpu profile (class-balanced draws, the siz
   signature stripped (:func:`ddcl_theory.data.text.clean.strip_newsgroup`).
 
 The frozen encoder's token embeddings come from the cache
-(:func:`ddcl_theory.data.text.cache.embed`).
-Supervised: logistic-regression probes on [CLS] and on the mean (convex, solved to convergence,
-deterministic), and the DDCL readout's ``pooled`` trained with a linear head
-(:func:`ddcl_theory.experiments.probes.ddcl_probe`) over several seeds. Unsupervised
+(:func:`ddcl_theory.data.text.cache.embed`): computed once per (corpus, draw, maximum length) and
+reused by every seed and readout.
+
+**The DDCL readout configuration** (one for claims D14 and D17): :data:`DDCL_READOUT`, returned
+by :func:`ddcl_readout_config` - a :class:`ddcl_theory.experiments.probes.DDCLReadoutConfig`
+named "DDCL readout v2": one head of width 32, K prototypes (K = the number of classes here)
+seeded by k-means++ and 10 Lloyd steps on the projected tokens, tau = 0.25 T_c with T_c the
+critical temperature of L_q with q differentiated (``critical_temperature(z,
+objective="quantisation")`` on the projected seed tokens), loss CE + 0.01 L_q, AdamW (lr 3e-3,
+weight decay 1e-4, batches of 64 sequences), trained until the validation loss (a stratified 20%
+of the training split) plateaus or passes its optimum (at most 40 epochs); the epoch of least
+validation loss is the reported model (:func:`ddcl_theory.experiments.probes.ddcl_readout_fit`).
+Use ``ddcl_readout_config()`` (optionally ``dataclasses.replace`` on run-length fields, stated).
+
+Supervised (the evidence of D14): for each seed, a stratified validation split of the training
+draw (seeded), the DDCL readout trained on the rest (:func:`~ddcl_theory.experiments.probes.
+ddcl_readout_fit`; seeds vary the split, the initialisation and the batch order) and scored on
+the test set after every epoch (the readout-step scales) and at its selected epoch; logistic
+regression probes on [CLS] and on the mean with C chosen by cross-validation on the whole
+training draw (:func:`~ddcl_theory.experiments.probes.linear_probe_cv`; convex and solved to
+convergence, so fitted once per corpus and paired with every seed). Unsupervised, shown beside
 (on the test documents, labels only to score): k-means on [CLS] and on the mean, and two DDCL
 clusterings - a DDCL layer fitted by L_q on the tokens (each document to its dominant prototype)
 and one fitted on the mean-pooled documents - scored by Hungarian ACC, purity, NMI and ARI.
 
-In the paper profile every DDCL training and clustering is a unit of the run directory
+Every DDCL training and clustering is a unit of the run directory
 (:class:`ddcl_theory.runtime.rundir.RunDir`), so a killed run resumes. The verdict is
-:func:`ddcl_theory.ledger.decisions.text_readout.decide_d14` on :func:`comparisons`.
+:func:`ddcl_theory.ledger.decisions.text_readout.decide_d14` on :func:`intervals`.
 """
 from __future__ import annotations
 
@@ -61,8 +79,51 @@ NEWSGROUPS = ("alt.atheism", "comp.graphics", "comp.os.ms-windows.misc",
               "talk.politics.misc", "talk.religion.misc")
 
 
-def _pick(cpu, paper, smoke=None):
-    return field(default_factory=lambda: profile.current().pick(cpu=cpu, paper=paper, smoke=smoke))
+def _pick(cpu, paper, smoke=None, reference=None):
+    return field(default_factory=lambda: profile.current().pick(
+        cpu=cpu, paper=paper, smoke=smoke, reference=reference))
+
+
+#: THE DDCL readout configuration of claims D14 and D17 (see the module docstring).
+DDCL_READOUT = P.DDCLReadoutConfig(name="DDCL readout v2", heads=1, head_dim=32,
+                                   relative_temperature=0.25, objective="quantisation",
+                                   beta=0.01, lr=3e-3, weight_decay=1e-4, batch_size=64,
+                                   max_epochs=40, min_epochs=6, plateau_rel=0.01,
+                                   plateau_window=3, patience=5, validation_fraction=0.2)
+
+
+def ddcl_readout_config() -> P.DDCLReadoutConfig:
+    """The one DDCL readout configuration (:data:`DDCL_READOUT`) shared by D14 and D17."""
+    return DDCL_READOUT
+
+
+#: The readout-step scales of the trend: test accuracy after these epochs ...
+STEP_EPOCHS = (1, 3)
+#: ... and at the epoch the validation split selects (the largest scale, the deciding one).
+SELECTED = "selected epoch"
+SCALES = tuple(f"epoch {e}" for e in STEP_EPOCHS) + (SELECTED,)
+
+
+def encoder_max_length(encoder) -> int:
+    """The encoder's own maximum input length in tokens: the Sentence-Transformers
+    ``max_seq_length`` when the model folder has a ``sentence_bert_config.json`` (256 for
+    all-MiniLM-L6-v2, the length it was trained and is served with), else the smaller of the
+    tokenizer's ``model_max_length`` and the model's ``max_position_embeddings`` (512 for
+    BERT-base)."""
+    import json
+    from pathlib import Path
+
+    config = Path(str(getattr(encoder, "source", ""))) / "sentence_bert_config.json"
+    if config.is_file():
+        return int(json.loads(config.read_text())["max_seq_length"])
+    limits = [int(encoder.tokenizer.model_max_length),
+              int(encoder.config.max_position_embeddings)]
+    return min(x for x in limits if x > 0)
+
+
+def _smoke_readout():
+    from dataclasses import replace
+    return replace(DDCL_READOUT, max_epochs=2, min_epochs=1)
 
 
 @dataclass(frozen=True)
@@ -70,26 +131,26 @@ class TextReadoutSettings:
     """Scale of the text-readout experiment (values from the active profile by default).
 
     Sizes of 0 mean "all rows of the split". Lengths are in tokens, [CLS] and [SEP] included.
+    cpu: today's draws, cut at 64 / 128 / 64 tokens, 3 seeds (a regression value); reference:
+    smaller SST-2 and 20 Newsgroups draws, all cut at the encoder's own maximum (256 for MiniLM), and
+    the rule's 10 seeds; paper: every row, BERT-base, cut at 512.
     """
 
     encoder: str = _pick("minilm", "bert-base-uncased")
-    sst2_train: int = _pick(2000, 0, smoke=64)
-    sst2_max_length: int = 64
+    sst2_train: int = _pick(2000, 0, smoke=64, reference=1000)
+    sst2_max_length: int = _pick(64, 512, reference=256)
     imdb_train: int = _pick(300, 0, smoke=32)
     imdb_test: int = _pick(300, 0, smoke=32)
-    imdb_max_length: int = _pick(128, 512)
-    ng_train: int = _pick(800, 0, smoke=64)
-    ng_test: int = _pick(400, 0, smoke=32)
-    ng_max_length: int = _pick(64, 256)
-    seeds: int = _pick(3, 5, smoke=1)
-    epochs: int = _pick(10, 30, smoke=1)
-    batch_size: int = 128
-    lr: float = 3e-3
-    probe_c: float = 1.0
-    weight_decay: float = 1e-4
-    beta: float = 0.01
-    head_dim: int = _pick(32, 64)
-    temperature_fraction: float = 0.1
+    imdb_max_length: int = _pick(128, 512, reference=256)
+    ng_train: int = _pick(800, 0, smoke=64, reference=600)
+    ng_test: int = _pick(400, 0, smoke=32, reference=300)
+    ng_max_length: int = _pick(64, 512, reference=256)
+    seeds: int = _pick(3, 10, smoke=1, reference=10)
+    readout: P.DDCLReadoutConfig = field(default_factory=lambda: profile.current().pick(
+        cpu=DDCL_READOUT, paper=DDCL_READOUT, smoke=_smoke_readout()))
+    probe_cs: tuple[float, ...] = P.PROBE_CS
+    probe_folds: int = 5
+    cluster_seeds: int = _pick(3, 5, smoke=1)
     cluster_steps: int = _pick(40, 200, smoke=2)
     cluster_tokens: int = _pick(5000, 200000, smoke=500)
     cluster_temperature_fraction: float = 0.05
@@ -99,26 +160,26 @@ class TextReadoutSettings:
 
     def __post_init__(self) -> None:
         require_positive_ints(self, skip=("encoder", "sst2_train", "imdb_train", "imdb_test",
-                                          "ng_train", "ng_test", "lr", "probe_c",
-                                          "weight_decay", "beta",
-                                          "temperature_fraction", "cluster_temperature_fraction",
-                                          "data_seed"))
+                                          "ng_train", "ng_test", "readout", "probe_cs",
+                                          "cluster_temperature_fraction", "data_seed"))
         for name in ("sst2_train", "imdb_train", "imdb_test", "ng_train", "ng_test", "data_seed"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValueError(f"{name}: expected an int >= 0 (0 = all rows), got {v!r}")
-        for name in ("lr", "probe_c", "temperature_fraction", "cluster_temperature_fraction"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name}: expected a number > 0, got {getattr(self, name)!r}")
+        if not self.cluster_temperature_fraction > 0:
+            raise ValueError(f"cluster_temperature_fraction: expected a number > 0, got "
+                             f"{self.cluster_temperature_fraction!r}")
+        if not isinstance(self.readout, P.DDCLReadoutConfig):
+            raise ValueError(f"readout: expected a DDCLReadoutConfig, got {self.readout!r}")
+        if not self.probe_cs or any(not c > 0 for c in self.probe_cs):
+            raise ValueError(f"probe_cs: expected positive numbers, got {self.probe_cs!r}")
+        if self.probe_folds < 2:
+            raise ValueError(f"probe_folds: expected an int >= 2, got {self.probe_folds!r}")
 
     @classmethod
     def from_profile(cls) -> "TextReadoutSettings":
         """The active profile's values (the same as ``TextReadoutSettings()``)."""
         return cls()
-
-    def train_config(self) -> P.TrainConfig:
-        return P.TrainConfig(epochs=self.epochs, batch_size=self.batch_size, lr=self.lr,
-                             weight_decay=self.weight_decay, beta=self.beta)
 
 
 # ----------------------------------------------------------------------------------- corpora
@@ -276,14 +337,11 @@ class CorpusResult:
     Attributes:
         name, num_classes, n_train, n_test, full_train, full_test, max_length: the data.
         truncated: share of train+test texts cut at ``max_length``; mean_tokens: mean length.
-        probe: readout name -> test accuracies ("[CLS]", "mean": one deterministic fit;
-            "DDCL K=k": one per seed).
-        probe_train: the same on the training set.
-        ddcl_min_v: smallest V seen while training each DDCL readout (over seeds and steps).
-        ddcl_identity: largest |L_q - L_OLS - V| / L_q seen in training (float32 rounding).
-        ddcl_used: mean share of prototypes that are some test token's dominant one.
-        clusters: the unsupervised scores.
-        ddcl_history: (l_q, l_ols, v) per step of the first seed's DDCL readout at K = C.
+        n_fit, n_val: training sequences the DDCL readout fits on and validates on (per seed).
+        probes: "[CLS]" and "mean" -> the cross-validated logistic-regression probe (one fit).
+        runs: the DDCL readout of each seed (:class:`~ddcl_theory.experiments.probes.
+            ReadoutRun`).
+        clusters: the unsupervised scores (shown beside).
     """
 
     name: str
@@ -295,13 +353,47 @@ class CorpusResult:
     max_length: int
     truncated: float
     mean_tokens: float
-    probe: dict[str, list[float]]
-    probe_train: dict[str, list[float]]
-    ddcl_min_v: dict[str, float]
-    ddcl_identity: dict[str, float]
-    ddcl_used: dict[str, float]
+    n_fit: int
+    n_val: int
+    probes: dict[str, P.ProbeLog]
+    runs: list[P.ReadoutRun]
     clusters: list[ClusterScore]
-    ddcl_history: tuple[list[float], list[float], list[float]]
+
+    @property
+    def ddcl(self) -> list[float]:
+        """Test accuracy of each seed's DDCL readout at its selected epoch."""
+        return [r.selected_test_acc for r in self.runs]
+
+    def ddcl_at(self, scale: str) -> list[float]:
+        """Test accuracy of each seed's DDCL readout at a scale of :data:`SCALES`."""
+        if scale == SELECTED:
+            return self.ddcl
+        if scale not in SCALES:
+            raise ValueError(f"scale: expected one of {SCALES}, got {scale!r}")
+        epoch = STEP_EPOCHS[SCALES.index(scale)]
+        return [r.test_acc_at(epoch) for r in self.runs]
+
+    @property
+    def accuracy(self) -> dict[str, list[float]]:
+        """Test accuracies: "[CLS]" and "mean" (one fit each) and "DDCL" (one per seed)."""
+        return {"[CLS]": [self.probes["[CLS]"].test_acc], "mean": [self.probes["mean"].test_acc],
+                "DDCL": self.ddcl}
+
+    @property
+    def min_v(self) -> float:
+        """Smallest V of the DDCL readouts over every training step of every seed."""
+        return min(min(r.v) for r in self.runs)
+
+    @property
+    def identity(self) -> float:
+        """Largest |L_q - L_OLS - V| / L_q over every step of every seed (float32 rounding)."""
+        return max(max(abs(a - b - v) / max(abs(a), 1e-30)
+                       for a, b, v in zip(r.l_q, r.l_ols, r.v)) for r in self.runs)
+
+    @property
+    def finished(self) -> int:
+        """Seeds whose DDCL readout reached its validation plateau or passed its optimum."""
+        return sum(r.finished for r in self.runs)
 
 
 @dataclass
@@ -311,8 +403,8 @@ class TextReadoutResult:
     corpora: dict[str, CorpusResult]
 
 
-def readout_ks(name: str, num_classes: int) -> list[int]:
-    """The prototype / cluster counts examined: the number of classes and the aggregator's K."""
+def cluster_ks(name: str, num_classes: int) -> list[int]:
+    """The cluster counts examined: the number of classes and the aggregator's K."""
     return sorted({num_classes, AGGREGATOR_K[name]})
 
 
@@ -321,66 +413,60 @@ def _scores(y: np.ndarray, labels: np.ndarray) -> tuple[float, float, float, flo
 
 
 def _unit(ckpt: RunDir | None, key: str, compute):
-    """``compute(run=..., name=key)`` as a unit of ``ckpt`` (read back when finished; resumed
-    from its checkpoint when interrupted); computed directly without a run directory."""
+    """``compute()`` as a unit of ``ckpt`` (read back when finished); computed directly without
+    a run directory."""
     if ckpt is None:
-        return compute(run=None, name=key)
-    return ckpt.unit(key, lambda: compute(run=ckpt, name=key))
+        return compute()
+    return ckpt.unit(key, compute)
+
+
+def _readout_run(emb_train, y_train: np.ndarray, emb_test, y_test: np.ndarray, *, k: int,
+                 config: P.DDCLReadoutConfig, seed: int, device: str) -> P.ReadoutRun:
+    fit_rows, val_rows = P.validation_split(y_train, config.validation_fraction, seed)
+    y_tr = torch.from_numpy(y_train).to(device)
+    return P.ddcl_readout_fit(
+        packed(emb_train.subset(fit_rows), device), y_tr[torch.from_numpy(fit_rows).to(device)],
+        packed(emb_train.subset(val_rows), device), y_tr[torch.from_numpy(val_rows).to(device)],
+        packed(emb_test, device), torch.from_numpy(y_test).to(device), num_prototypes=k,
+        config=config, seed=seed, num_classes=k)
 
 
 def run_corpus(name: str, settings: TextReadoutSettings, encoder,
                corpus: Corpus | None = None, *, ckpt: RunDir | None = None) -> CorpusResult:
-    """Supervised probes and unsupervised clusterings on one corpus (drawn by
-    :func:`load_corpus` unless given); ``ckpt`` keeps the DDCL trainings as units."""
+    """Supervised probes and readouts, and the unsupervised clusterings, on one corpus (drawn by
+    :func:`load_corpus` unless given); ``ckpt`` keeps every DDCL training as a unit."""
     s = settings
     device = profile.current().device
     corpus = corpus if corpus is not None else load_corpus(name, s)
     if corpus.name != name:
         raise ValueError(f"corpus: expected the {name!r} draw, got {corpus.name!r}")
     train, test = embed_corpus(encoder, corpus)
-    y_tr = torch.from_numpy(corpus.train_y).to(device)
-    y_te = torch.from_numpy(corpus.test_y).to(device)
-    cfg = s.train_config()
-    seeds = list(range(s.seeds))
     c = corpus.num_classes
-    ks = readout_ks(name, c)
 
-    probe: dict[str, list[float]] = {}
-    probe_train: dict[str, list[float]] = {}
-    feats = {"[CLS]": (train.cls(), test.cls()), "mean": (train.mean(), test.mean())}
-    for label, (f_tr, f_te) in feats.items():          # convex and deterministic: one fit
-        log = P.linear_probe(torch.from_numpy(f_tr), y_tr.cpu(), torch.from_numpy(f_te),
-                             y_te.cpu(), c=s.probe_c)
-        probe[label] = [log.test_acc]
-        probe_train[label] = [log.train_acc]
-
-    p_tr, p_te = packed(train, device), packed(test, device)
-    min_v, identity, used = {}, {}, {}
-    history: tuple[list[float], list[float], list[float]] = ([], [], [])
-    for k in ks:
-        label = f"DDCL K={k}"
-        logs = [_unit(ckpt, f"{name}/probe/K={k}/seed={seed}", functools.partial(
-            P.ddcl_probe, p_tr, y_tr, p_te, y_te, num_prototypes=k, config=cfg, seed=seed,
-            head_dim=s.head_dim, temperature_fraction=s.temperature_fraction))
-            for seed in seeds]
-        probe[label] = [log.test_acc for log in logs]
-        probe_train[label] = [log.train_acc for log in logs]
-        min_v[label] = min(min(log.v) for log in logs)
-        identity[label] = max(max(abs(a - b - v) / max(abs(a), 1e-30)
-                                  for a, b, v in zip(log.l_q, log.l_ols, log.v)) for log in logs)
-        used[label] = float(np.mean([log.fraction_used for log in logs]))
-        if k == c:
-            history = (logs[0].l_q, logs[0].l_ols, logs[0].v)
+    probes = {label: P.linear_probe_cv(torch.from_numpy(f_tr), torch.from_numpy(corpus.train_y),
+                                       torch.from_numpy(f_te), torch.from_numpy(corpus.test_y),
+                                       cs=s.probe_cs, folds=s.probe_folds, seed=s.data_seed)
+              for label, (f_tr, f_te) in {"[CLS]": (train.cls(), test.cls()),
+                                          "mean": (train.mean(), test.mean())}.items()}
+    runs = [_unit(ckpt, f"{name}/readout/seed={seed}", functools.partial(
+        _readout_run, train, corpus.train_y, test, corpus.test_y, k=c, config=s.readout,
+        seed=seed, device=device)) for seed in range(s.seeds)]
+    n_fit, n_val = (len(x) for x in P.validation_split(corpus.train_y,
+                                                       s.readout.validation_fraction, 0))
 
     clusters: list[ClusterScore] = []
     y = corpus.test_y
+    p_te = packed(test, device)
     docs = torch.from_numpy(test.mean()).to(device)
     doc_tokens = R.PackedTokens(docs, torch.arange(len(docs) + 1, device=device))
-    for k in ks:
+    seeds = range(s.cluster_seeds)
+    for k in cluster_ks(name, c):
         def ddcl_labels(data: R.PackedTokens, where: str, k: int, seed: int, **kw) -> np.ndarray:
-            return _unit(ckpt, f"{name}/clusters/{where}/K={k}/seed={seed}", functools.partial(
-                P.ddcl_clusters, data, k, seed=seed, steps=s.cluster_steps,
-                temperature_fraction=s.cluster_temperature_fraction, **kw)).labels
+            key = f"{name}/clusters/{where}/K={k}/seed={seed}"
+            return _unit(ckpt, key, lambda: P.ddcl_clusters(
+                data, k, seed=seed, steps=s.cluster_steps,
+                temperature_fraction=s.cluster_temperature_fraction, run=ckpt, name=key,
+                **kw).labels)
 
         labelings_of = {
             "k-means on [CLS]": [P.kmeans_clusters(test.cls(), k, seed, s.kmeans_restarts)
@@ -399,7 +485,7 @@ def run_corpus(name: str, settings: TextReadoutSettings, encoder,
     return CorpusResult(name, c, len(corpus.train_y), len(corpus.test_y), corpus.full_train,
                         corpus.full_test, corpus.max_length,
                         float((lengths >= corpus.max_length).mean()), float(lengths.mean()),
-                        probe, probe_train, min_v, identity, used, clusters, history)
+                        n_fit, n_val, probes, runs, clusters)
 
 
 def run(settings: TextReadoutSettings | None = None, *, encoder=None,
@@ -417,45 +503,22 @@ def run(settings: TextReadoutSettings | None = None, *, encoder=None,
     return result
 
 
-# ------------------------------------------------------------------------------- comparisons
-@dataclass(frozen=True)
-class Comparison:
-    """DDCL against one baseline on one corpus: mean difference and the margin it must clear.
-
-    ``outcome`` is "better" when diff > margin, "worse" when diff < -margin, else "tie".
-    """
-
-    corpus: str
-    baseline: str
-    ddcl: str
-    diff: float
-    margin: float
-
-    @property
-    def outcome(self) -> str:
-        return "better" if self.diff > self.margin else "worse" if self.diff < -self.margin \
-            else "tie"
+# --------------------------------------------------------------------------------- intervals
+BASELINES = ("mean", "[CLS]")        # the order of the D14 rule's tests
 
 
-def margin(a: list[float], b: list[float], floor: float = 0.01) -> float:
-    """Twice the larger seed standard deviation of two score lists, at least ``floor``."""
-    return max(floor, 2.0 * max(float(np.std(a)), float(np.std(b))))
+def intervals(result: TextReadoutResult) -> dict[str, dict[str, tuple]]:
+    """corpus -> scale -> (interval of DDCL - mean probe, interval of DDCL - [CLS] probe): paired
+    t intervals (:func:`ddcl_theory.ledger.stats.paired_t`) of the test-accuracy differences,
+    each seed's DDCL readout paired with the probe (one deterministic fit, the same for every
+    seed), in the order of the D14 rule's tests."""
+    from ddcl_theory.ledger.stats import paired_t
 
-
-def comparisons(result: TextReadoutResult) -> list[Comparison]:
-    """D14's comparisons: the DDCL readout (K = C, supervised) against the [CLS] and mean probes,
-    and the better DDCL clustering (K = C) against k-means on [CLS], on every corpus."""
-    out = []
+    out: dict[str, dict[str, tuple]] = {}
     for name, r in result.corpora.items():
-        d = f"DDCL K={r.num_classes}"
-        for base in ("[CLS]", "mean"):
-            out.append(Comparison(name, f"{base} probe", d,
-                                  float(np.mean(r.probe[d]) - np.mean(r.probe[base])),
-                                  margin(r.probe[d], r.probe[base])))
-        at_c = {c.method: c for c in r.clusters if c.k == r.num_classes}
-        best = max(("DDCL on tokens", "DDCL on mean"), key=lambda m: np.mean(at_c[m].acc))
-        base = at_c["k-means on [CLS]"]
-        out.append(Comparison(name, "k-means on [CLS]", best,
-                              float(np.mean(at_c[best].acc) - np.mean(base.acc)),
-                              margin(at_c[best].acc, base.acc)))
+        out[name] = {}
+        for scale in SCALES:
+            ddcl = r.ddcl_at(scale)
+            out[name][scale] = tuple(paired_t(ddcl, [r.probes[b].test_acc] * len(ddcl))
+                                     for b in BASELINES)
     return out

@@ -1,80 +1,134 @@
-"""The decision of the text-readout chapter: claim D14 (a DDCL readout on a frozen BERT beats
-[CLS], mean pooling and k-means on [CLS] on SST-2, IMDB and 20 Newsgroups).
+"""The decision of the text-readout chapter: claim D14 (a DDCL readout on a frozen text encoder
+beats mean pooling and [CLS] on SST-2, IMDB and 20 Newsgroups).
 
-Reads a text-readout result (``corpora``: name -> result with ``num_classes``, ``n_train``,
-``n_test``, ``max_length``, ``probe``, ``clusters``) and its comparisons (``corpus``,
-``baseline``, ``outcome``) by attribute.
+The rule is the registry's (``rule_of("D14")``, fixed before the run): on each data set, two
+paired-t tests of the test-accuracy difference, DDCL readout - mean-pooling probe and DDCL
+readout - [CLS] probe (probes with C chosen by cross-validation), each > 0, over 10 seeds,
+decided by :meth:`~ddcl_theory.ledger.claims.Rule.decide` at the largest scale that ran (the
+validation-selected epoch). "Each data set is one test per comparison": the six tests combine as
+the rule combines its tests - ``reproduced`` when every one is, ``not reproduced`` when one
+interval lies below 0, ``inconclusive`` otherwise; and ``inconclusive`` whenever a deciding
+DDCL run neither reached its validation plateau nor passed its validation optimum.
+
+Reads a text-readout result (``settings``, ``encoder``, ``corpora``: name -> result with
+``num_classes``, ``n_train``, ``n_test``, ``n_fit``, ``n_val``, ``max_length``, ``truncated``,
+``probes`` ("[CLS]", "mean" -> ``test_acc``, ``c``), ``runs`` (``finished``, ``stopped``,
+``best_epoch``), ``ddcl``) and its intervals (corpus -> scale -> (DDCL - mean, DDCL - [CLS]),
+:func:`ddcl_theory.experiments.text_readout.intervals`) by attribute.
 """
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from ddcl_theory.ledger import stats
+from ddcl_theory.ledger.claims import rule_of
 from ddcl_theory.ledger.tolerance import Tolerance
 from ddcl_theory.ledger.verdict import Verdict
 
-__all__ = ["D14_RULE", "d14_word", "decide_d14"]
+__all__ = ["RULE", "BASELINES", "TOLERANCE", "PAPER", "corpus_word", "combine", "deciding",
+           "decide_d14"]
 
-D14_RULE = ("a comparison is better (worse) when the difference of mean accuracies exceeds "
-            "(falls below minus) twice the larger seed standard deviation, at least 0.01; "
-            "reproduced when DDCL is better in every comparison, not reproduced when in none, "
-            "qualified otherwise")
-
+RULE = rule_of("D14")
+#: The baselines of the rule's two tests, in order.
+BASELINES = ("mean", "[CLS]")
+PAPER = "aggregator: ACC SST-2 (K=2) 86.7, IMDB (K=4) 91.3, 20NG 17.5 (protocol not stated)"
 #: How far the accuracies quoted in the evidence may move between machines.
-D14_TOLERANCE = Tolerance(abs=0.03, reason="seed means of short training runs and clusterings")
+TOLERANCE = Tolerance(abs=0.03, reason="seed means of early-stopped readouts and probe fits; "
+                      "the word is decided on paired intervals")
 
 
-def d14_word(comparisons: Sequence[Any]) -> str:
-    """"reproduced" when DDCL is better in every comparison, "not reproduced" when in none,
-    "qualified" otherwise."""
-    better = sum(c.outcome == "better" for c in comparisons)
-    if better == len(comparisons):
+def corpus_word(pair: Sequence[Any]) -> str:
+    """The word of one data set: the rule's two tests (DDCL - mean, DDCL - [CLS]) on their
+    intervals (:meth:`Rule.decide`; fewer seeds than the rule's -> at best inconclusive)."""
+    return RULE.decide(list(pair))
+
+
+def combine(words: Sequence[str]) -> str:
+    """The claim's word from its data sets' words, as the rule combines its tests."""
+    if not words:
+        raise ValueError("words: expected at least one data set")
+    if all(w == "reproduced" for w in words):
         return "reproduced"
-    return "not reproduced" if better == 0 else "qualified"
+    if any(w == "not reproduced" for w in words):
+        return "not reproduced"
+    return "inconclusive"
 
 
-def decide_d14(result: Any, comparisons: Sequence[Any], titles: Mapping[str, str]) -> Verdict:
-    """D14 from a text-readout ``result``, its DDCL-against-baseline ``comparisons`` (K = number
-    of classes; supervised against the [CLS] and mean probes, the better DDCL clustering against
-    k-means on [CLS]) and the corpora's display ``titles``; the word is :func:`d14_word`."""
-    if not comparisons:
-        raise ValueError("comparisons: expected at least one comparison")
-    word = d14_word(comparisons)
+def deciding(pairs: Mapping[str, Sequence[Any]], word: str) -> tuple[str, str]:
+    """(corpus, baseline) of the interval that decides ``word``: the one lying furthest below 0
+    for ``not reproduced`` (least upper end), else the weakest one (least lower end)."""
+    cells = [(name, b, iv) for name, pair in pairs.items() for b, iv in zip(BASELINES, pair)]
+    if word == "not reproduced":
+        below = [c for c in cells if stats.decide_interval(c[2], side=">") == "not reproduced"]
+        name, base, _ = min(below or cells, key=lambda c: c[2].high)
+    else:
+        name, base, _ = min(cells, key=lambda c: c[2].low)
+    return name, base
+
+
+def _iv(iv) -> str:
+    return f"{iv.estimate:+.3f} [{iv.low:+.3f}, {iv.high:+.3f}]"
+
+
+def decide_d14(result: Any, intervals: Mapping[str, Mapping[str, Sequence[Any]]],
+               titles: Mapping[str, str], scales: Sequence[str]) -> Verdict:
+    """D14 from a text-readout ``result`` and its ``intervals`` (corpus -> scale -> (DDCL - mean,
+    DDCL - [CLS]) paired t intervals), at the last of ``scales`` (the largest); the corpora's
+    display ``titles``."""
     corpora = result.corpora
-    counts = Counter(c.outcome for c in comparisons)
-    acc = {n: {k: float(np.mean(v)) for k, v in r.probe.items()} for n, r in corpora.items()}
-    cl = {n: {c.method: float(np.mean(c.acc)) for c in r.clusters if c.k == r.num_classes}
-          for n, r in corpora.items()}
-    ours = "; ".join(
-        f"{titles[n]}: DDCL {acc[n][f'DDCL K={r.num_classes}']:.3f} vs [CLS] "
-        f"{acc[n]['[CLS]']:.3f} vs mean {acc[n]['mean']:.3f}" for n, r in corpora.items())
-    outcomes = "; ".join(
-        f"{titles[n]}: " + ", ".join(f"{c.outcome} vs {c.baseline}" for c in comparisons
-                                     if c.corpus == n)
-        for n in corpora)
-    clusters = ", ".join(
-        f"{titles[n]} {max(cl[n]['DDCL on tokens'], cl[n]['DDCL on mean']):.3f} vs "
-        f"{cl[n]['k-means on [CLS]']:.3f}" for n in corpora)
-    sst2, imdb, ng = corpora["sst2"], corpora["imdb"], corpora["20ng"]
+    if not corpora:
+        raise ValueError("result: expected at least one corpus")
+    largest = scales[-1]
+    pairs = {name: intervals[name][largest] for name in corpora}
+    words = {name: corpus_word(pair) for name, pair in pairs.items()}
+    word = combine(list(words.values()))
+    runs = [r for c in corpora.values() for r in c.runs]
+    unfinished = [r for r in runs if not r.finished]
+    if unfinished and not RULE.early:
+        word = "inconclusive"
+    n = min(len(c.runs) for c in corpora.values())
+    name, base = deciding(pairs, word)
+    iv = pairs[name][BASELINES.index(base)]
+    trend = {scale: [round(float(x), 4) for x in (
+        intervals[name][scale][BASELINES.index(base)].estimate,
+        intervals[name][scale][BASELINES.index(base)].low,
+        intervals[name][scale][BASELINES.index(base)].high)] for scale in scales}
+    detectable = {}
+    for cname, c in corpora.items():
+        for b in BASELINES:
+            diff = np.asarray(c.ddcl) - c.probes[b].test_acc
+            detectable[f"{cname}/{b}"] = (stats.detectable_effect_of(diff) if len(diff) > 1
+                                          else float("nan"))
+    per_corpus = "; ".join(
+        f"{titles[cn]} ({c.n_train} train, {c.n_test} test, cut at {c.max_length} tokens, "
+        f"{c.truncated:.0%} cut): DDCL {np.mean(c.ddcl):.3f} ± {np.std(c.ddcl):.3f}, mean probe "
+        f"{c.probes['mean'].test_acc:.3f} (C={c.probes['mean'].c:g}), [CLS] probe "
+        f"{c.probes['[CLS]'].test_acc:.3f} (C={c.probes['[CLS]'].c:g}); DDCL - mean "
+        f"{_iv(pairs[cn][0])}, DDCL - [CLS] {_iv(pairs[cn][1])}: {words[cn]}"
+        for cn, c in corpora.items())
+    stops = sorted({r.stopped for r in runs})
     evidence = (
-        f"Frozen all-MiniLM-L6-v2 (a sentence-embedding fine-tune of MiniLM, not BERT-base), "
-        f"class-balanced subsamples (SST-2 {sst2.n_train:,} train / full dev; "
-        f"IMDB {imdb.n_train} + {imdb.n_test} reviews cut at {imdb.max_length} tokens; "
-        f"20 Newsgroups {ng.n_train} + {ng.n_test}, headers stripped). "
-        f"Supervised test accuracy, DDCL readout with K = classes (3 seeds) against logistic "
-        f"regression on [CLS] and on the mean: {ours}. Unsupervised (K = classes), the better "
-        f"DDCL clustering against k-means on [CLS]: ACC {clusters}. Outcomes (margin: twice the "
-        f"seed spread, at least 0.01): {outcomes}; better in {counts['better']}, tie in "
-        f"{counts['tie']}, worse in {counts['worse']} of {len(comparisons)}. Neither reading "
-        f"of the aggregator's ACC (86.7 / 91.3 / 17.5) is matched: see the page.")
-    our_value = (f"acc SST-2 DDCL {acc['sst2']['DDCL K=2']:.3f} / mean {acc['sst2']['mean']:.3f}; "
-                 f"IMDB (K=4) DDCL {acc['imdb']['DDCL K=4']:.3f}; 20NG DDCL "
-                 f"{acc['20ng']['DDCL K=20']:.3f} / mean {acc['20ng']['mean']:.3f}")
-    seeds = max(len(v) for r in corpora.values() for v in r.probe.values())
-    return Verdict("D14", word, evidence, our_value=our_value,
-                   numbers={"better": counts["better"], "tie": counts["tie"],
-                            "worse": counts["worse"], "comparisons": len(comparisons)},
-                   rule=D14_RULE, n_seeds=seeds, tolerance=D14_TOLERANCE)
+        f"Frozen {result.encoder}; {n} seeds (each: a stratified validation split of the "
+        f"training draw, the readout's initialisation and batch order), test accuracy at the "
+        f"{largest} (the largest scale), 95% paired t intervals. {per_corpus}. Smallest "
+        f"detectable effect (80% power): "
+        + ", ".join(f"{titles[k.split('/')[0]]} vs {k.split('/')[1]} {v:.3f}"
+                    for k, v in detectable.items())
+        + f". Deciding: {titles[name]}, DDCL - {base} probe {_iv(iv)}. DDCL runs finished "
+        f"(validation plateau or passed optimum): {len(runs) - len(unfinished)} of {len(runs)} "
+        f"({', '.join(stops)}). Paper: {PAPER}.")
+    our_value = "; ".join(
+        f"{titles[cn]} DDCL {np.mean(c.ddcl):.3f} vs mean {c.probes['mean'].test_acc:.3f} vs "
+        f"[CLS] {c.probes['[CLS]'].test_acc:.3f}" for cn, c in corpora.items())
+    return Verdict("D14", word, evidence, our_value=our_value, paper_value=PAPER,
+                   numbers={"per_corpus": words,
+                            "intervals": {f"{cn}/{b}": [p.estimate, p.low, p.high]
+                                          for cn, pair in pairs.items()
+                                          for b, p in zip(BASELINES, pair)},
+                            "detectable": detectable, "unfinished": len(unfinished),
+                            "deciding": f"{name}/{base}"},
+                   rule=RULE.text, n_seeds=n, interval=(iv.low, iv.high),
+                   scale=f"{largest} ({titles[name]})", trend=trend, tolerance=TOLERANCE)
