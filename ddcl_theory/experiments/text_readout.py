@@ -132,8 +132,8 @@ class TextReadoutSettings:
 
     Sizes of 0 mean "all rows of the split". Lengths are in tokens, [CLS] and [SEP] included.
     cpu: today's draws, cut at 64 / 128 / 64 tokens, 3 seeds (a regression value); reference:
-    smaller SST-2 and 20 Newsgroups draws, all cut at the encoder's own maximum (256 for MiniLM), and
-    the rule's 10 seeds; paper: every row, BERT-base, cut at 512.
+    smaller SST-2 and 20 Newsgroups draws, all cut at the encoder's own maximum (256 for
+    MiniLM), and the rule's 10 seeds; paper: every row, BERT-base, cut at 512.
     """
 
     encoder: str = _pick("minilm", "bert-base-uncased")
