@@ -70,4 +70,4 @@ def test_x2_premise_that_fails_means_the_question_is_not_asked():
         assert v.word == "inconclusive" and not v.numbers["premise_holds"]
         assert "the question is not asked" in v.evidence and "askable" in v.evidence
         assert v.interval == tuple(v.numbers["premise"][:2])
-    assert "raise it" in dec.decide_x2(sweep(within_gain=0.1)).evidence
+    assert "do not lower it" in dec.decide_x2(sweep(within_gain=0.1)).evidence

@@ -74,10 +74,9 @@ def decide_x2(sweep, a: str = "all", b: str = "0") -> Verdict:
     reasons = []
     if not premise_holds:
         word = "inconclusive"
-        side = ("raise it" if premise.low > 0 else "do not lower it beyond the seed spread")
         reasons.append(
-            "the premise fails, so the question is not asked: the Laplacian heads "
-            f"{side} (within-sequence share, all - none, {premise.estimate:+.3f}, 95% paired t "
+            "the premise fails, so the question is not asked: the Laplacian heads do not lower "
+            f"it (within-sequence share, all - none, {premise.estimate:+.3f}, 95% paired t "
             f"interval [{premise.low:+.3f}, {premise.high:+.3f}], not below 0); it becomes "
             "askable on an encoder whose Laplacian heads do smooth its tokens (an interval "
             "below 0), e.g. deeper and trained longer, as in the paper profile")
