@@ -559,9 +559,18 @@ def test_trace_temperature_lloyd_start_and_cosine_schedule():
     data = pr.synthetic_tokens(24, 6, in_dim=4, seed=0)
     s = pr.PeerSettings(num_slots=3, dim=8, hidden=8, epochs=2, batch_size=12,
                         ddcl_temperature_fraction=0.1, ddcl_lloyd_steps=5, schedule="cosine",
-                        warmup_fraction=0.25, weight_decay=1e-4)
+                        warmup_fraction=0.25, weight_decay=1e-4, label_smoothing=0.1,
+                        ddcl_init_sequences=10)
     hist = pr.train_readout("ddcl", data, s)
     assert math.isfinite(hist.final.loss) and 0 < hist.records[0].critical_ratio < 1
+    import dataclasses
+
+    from ddcl_theory.experiments.peer_readouts.training import _initial_model
+    first = pr.TokenSet(data.tokens[:10], data.mask[:10], data.labels[:10])
+    rel = dataclasses.replace(s, ddcl_relative_temperature=0.25)      # T_c of the first 10
+    model = _initial_model("ddcl", data, rel, 3, torch.Generator().manual_seed(0))
+    assert model.readout.layer.temperature == pytest.approx(
+        0.25 * pr.ddcl_critical_temperature(model, first), rel=1e-6)
     assert 1 <= hist.final.usage_perplexity <= 3
     assert hist.final.normalised_usage == pytest.approx(hist.final.usage_perplexity / 3)
     from ddcl_theory.experiments.peer_readouts.training import _schedule
@@ -648,7 +657,13 @@ def test_study_settings_validate_and_give_each_task_its_readout_shape():
     assert s.peer_settings("sst2", 0).encoder == "linear"
     main = s.peer_settings("20ng", 1, lr=0.01)
     assert (main.lr, main.lr_bank, main.schedule, main.num_slots) == (0.01, 0.01, "cosine", 20)
-    assert main.ddcl_temperature_fraction > 0 and main.ddcl_relative_temperature == 0
+    from ddcl_theory.experiments.text_readout import ddcl_readout_config
+    cfg = ddcl_readout_config()                      # the one DDCL readout of D14 and D17
+    assert (main.ddcl_relative_temperature, main.ddcl_lam, main.ddcl_lloyd_steps,
+            main.ddcl_init_sequences, main.weight_decay, main.batch_size) == (
+        cfg.relative_temperature, cfg.beta, cfg.lloyd_steps, cfg.init_sequences,
+        cfg.weight_decay, cfg.batch_size)
+    assert main.dim == cfg.head_dim and main.label_smoothing > 0
     assert ps.schedule == "constant" and ps.ddcl_relative_temperature > 0
     assert pr.StudySettings(epochs=20).scales() == (5, 10, 15, 20)
     assert pr.StudySettings(epochs=2).scales() == (1, 2)

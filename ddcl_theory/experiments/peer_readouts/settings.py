@@ -35,10 +35,14 @@ class PeerSettings:
     ddcl_temperature_fraction: float = 0.0   # f > 0: tau = f * mean squared distance of the
                                              # projected tokens to their mean (the trace)
     ddcl_lloyd_steps: int = 0          # Lloyd steps after the k-means++ start of the prototypes
+    ddcl_init_sequences: int = 0       # > 0: the start (k-means++, Lloyd, T_c or trace) reads
+                                       # the first n training sequences only (0 = all)
     weight_decay: float = 0.0          # > 0: AdamW with this decay (all readouts alike)
     schedule: str = "constant"         # learning-rate schedule of every readout: "constant" or
                                        # "cosine" (linear warm-up, then cosine decay to 0)
     warmup_fraction: float = 0.0       # share of the steps spent in the linear warm-up
+    label_smoothing: float = 0.0       # of the cross-entropy (all readouts alike): gives the
+                                       # training loss a floor above 0, so that a plateau shows
     encoder: str = "mlp"               # token encoder before the readout: "mlp" or "linear"
     slot_temperature: float = 1.0
     slot_iterations: int = 3
@@ -71,13 +75,16 @@ class PeerSettings:
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
                 raise ValueError(f"{name}: expected a finite float >= 0, got {v!r}")
+        if not (isinstance(self.label_smoothing, (int, float)) and 0 <= self.label_smoothing < 1):
+            raise ValueError(f"label_smoothing: expected a float in [0, 1), got "
+                             f"{self.label_smoothing!r}")
         if not (isinstance(self.warmup_fraction, (int, float)) and 0 <= self.warmup_fraction < 1):
             raise ValueError(f"warmup_fraction: expected a float in [0, 1), got "
                              f"{self.warmup_fraction!r}")
-        if isinstance(self.ddcl_lloyd_steps, bool) or not isinstance(self.ddcl_lloyd_steps, int) \
-                or self.ddcl_lloyd_steps < 0:
-            raise ValueError(f"ddcl_lloyd_steps: expected an int >= 0, got "
-                             f"{self.ddcl_lloyd_steps!r}")
+        for name in ("ddcl_lloyd_steps", "ddcl_init_sequences"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"{name}: expected an int >= 0, got {v!r}")
         for name in ("num_slots", "dim", "hidden", "epochs", "batch_size", "slot_iterations",
                      "eval_batch", "cost_batch", "cost_repeats"):
             v = getattr(self, name)

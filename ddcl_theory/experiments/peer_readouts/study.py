@@ -24,6 +24,17 @@ from ddcl_theory.experiments.peer_readouts.training import (
     compare_readouts,
     train_readout,
 )
+from ddcl_theory.experiments.probes import DDCLReadoutConfig
+from ddcl_theory.experiments.text_readout import ddcl_readout_config
+
+#: The one DDCL readout configuration of claims D14 and D17 (the text chapter's): K = the number
+#: of classes, k-means++ and Lloyd steps on the projected tokens of the first sequences, tau a
+#: fixed fraction of T_c of L_q (q differentiated), CE + beta L_q, AdamW. The main runs take its
+#: values; where they differ the chapter says why.
+DDCL_READOUT: DDCLReadoutConfig = ddcl_readout_config()
+if DDCL_READOUT.objective != "quantisation" or DDCL_READOUT.heads != 1:
+    raise ValueError(f"DDCL_READOUT: expected one head with tau relative to T_c of L_q "
+                     f"(objective 'quantisation'), got {DDCL_READOUT!r}")
 from ddcl_theory.runtime import profile
 from ddcl_theory.runtime.rundir import RunDir
 from ddcl_theory.runtime.progress import progress
@@ -102,10 +113,11 @@ class StudySettings:
     *Main runs* (the three readouts on every task, ``seeds``, ``epochs``): batch
     ``batch_size``, AdamW (``weight_decay``) at ``lr`` for bank and rest alike, a linear warm-up
     over ``warmup_fraction`` of the steps then a cosine decay to 0 (the peers' recipes, scaled to
-    the run). DDCL is the text chapter's readout: K = the number of classes
-    on the text tasks, k-means++ plus ``ddcl_lloyd_steps`` Lloyd steps, tau =
-    ``ddcl_temperature_fraction`` times the trace of its projected tokens' covariance, L_q
-    weight ``ddcl_lam``. On ``decide_task`` every readout's learning rate is chosen from
+    the run), cross-entropy with ``label_smoothing`` (a floor above 0 for the training loss,
+    whose plateau is tested). DDCL is the text chapter's readout (:data:`DDCL_READOUT`): K = the
+    number of classes on the text tasks, k-means++ plus ``ddcl_lloyd_steps`` Lloyd steps on the
+    first ``ddcl_init_sequences`` sequences, tau = ``ddcl_relative_temperature`` times T_c of
+    L_q on the same tokens, L_q weight ``ddcl_lam``. On ``decide_task`` every readout's learning rate is chosen from
     ``tune_lrs`` by validation accuracy (``tune_fraction`` of the training sequences held out,
     one run per value): the same tuning budget for each.
 
@@ -141,13 +153,15 @@ class StudySettings:
     sst2_slots: int = 2
     ng_slots: int = 20
     debris_slots: int = 6
-    batch_size: int = 64
-    lr: float = 3e-3
-    weight_decay: float = 1e-4
+    batch_size: int = DDCL_READOUT.batch_size
+    lr: float = DDCL_READOUT.lr
+    weight_decay: float = DDCL_READOUT.weight_decay
     warmup_fraction: float = 0.05
-    ddcl_lam: float = 0.01
-    ddcl_temperature_fraction: float = 0.1
-    ddcl_lloyd_steps: int = 10
+    label_smoothing: float = 0.1
+    ddcl_lam: float = DDCL_READOUT.beta
+    ddcl_relative_temperature: float = DDCL_READOUT.relative_temperature
+    ddcl_lloyd_steps: int = DDCL_READOUT.lloyd_steps
+    ddcl_init_sequences: int = DDCL_READOUT.init_sequences
     sweep_batch_size: int = 64
     sweep_lr: float = 3e-3
     sweep_relative_temperature: float = 0.05
@@ -187,12 +201,12 @@ class StudySettings:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name}: expected an int >= 1, got {v!r}")
-        for name in ("warmup", "ddcl_lloyd_steps"):
+        for name in ("warmup", "ddcl_lloyd_steps", "ddcl_init_sequences"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValueError(f"{name}: expected an int >= 0, got {v!r}")
         for name in ("lr", "sweep_lr", "sweep_relative_temperature",
-                     "ddcl_temperature_fraction"):
+                     "ddcl_relative_temperature"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise ValueError(f"{name}: expected a finite float > 0, got {v!r}")
@@ -200,17 +214,18 @@ class StudySettings:
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
                 raise ValueError(f"{name}: expected a float >= 0, got {v!r}")
-        if not (isinstance(self.warmup_fraction, (int, float)) and 0 <= self.warmup_fraction < 1):
-            raise ValueError(f"warmup_fraction: expected a float in [0, 1), got "
-                             f"{self.warmup_fraction!r}")
+        for name in ("warmup_fraction", "label_smoothing"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and 0 <= v < 1):
+                raise ValueError(f"{name}: expected a float in [0, 1), got {v!r}")
         if not self.cost_lengths or any(isinstance(t, bool) or not isinstance(t, int) or t < 1
                                         for t in self.cost_lengths):
             raise ValueError(f"cost_lengths: expected ints >= 1, got {self.cost_lengths!r}")
 
     @classmethod
     def from_profile(cls, **overrides) -> StudySettings:
-        """cpu: subsamples and 8 epochs, three seeds (a regression run); reference: the same
-        data, five seeds (the rule's) and 20 epochs; paper: the full corpora (SST-2: a
+        """cpu: subsamples and 8 epochs, three seeds, three learning rates tried (a regression
+        run); reference: the same data, five seeds (the rule's), 20 epochs, four rates; paper: the full corpora (SST-2: a
         class-balanced 20,000 of the training phrases), longer texts, five seeds, 30 epochs,
         lengths up to 4096. ``overrides`` replace single fields."""
         p = profile.current()
@@ -218,9 +233,9 @@ class StudySettings:
             encoder=p.pick(cpu="minilm", paper="bert-base-uncased"),
             seeds=p.pick(cpu=(0, 1, 2), reference=(0, 1, 2, 3, 4), paper=(0, 1, 2, 3, 4),
                          smoke=(0,)),
-            epochs=p.pick(cpu=8, reference=20, paper=30, smoke=2),
-            tune_lrs=p.pick(cpu=(3e-3, 1e-2, 3e-2), paper=(1e-3, 3e-3, 1e-2, 3e-2),
-                            smoke=(3e-3,)),
+            epochs=p.pick(cpu=8, reference=20, paper=30, smoke=1),
+            tune_lrs=p.pick(cpu=(3e-3, 1e-2, 3e-2), reference=(1e-3, 3e-3, 1e-2, 3e-2),
+                            paper=(1e-3, 3e-3, 1e-2, 3e-2)),
             sweep_seeds=p.pick(cpu=(0, 1), paper=(0, 1, 2), smoke=(0,)),
             sweep_epochs=p.pick(cpu=8, paper=30, smoke=1),
             sst2_train=p.pick(cpu=1000, paper=20000, smoke=64),
@@ -270,8 +285,10 @@ class StudySettings:
             base |= dict(epochs=self.epochs, batch_size=self.batch_size, lr=self.lr,
                          lr_bank=self.lr, weight_decay=self.weight_decay, schedule="cosine",
                          warmup_fraction=self.warmup_fraction,
-                         ddcl_temperature_fraction=self.ddcl_temperature_fraction,
-                         ddcl_lloyd_steps=self.ddcl_lloyd_steps)
+                         label_smoothing=self.label_smoothing,
+                         ddcl_relative_temperature=self.ddcl_relative_temperature,
+                         ddcl_lloyd_steps=self.ddcl_lloyd_steps,
+                         ddcl_init_sequences=self.ddcl_init_sequences)
         if "lr" in overrides and "lr_bank" not in overrides:
             overrides = overrides | {"lr_bank": overrides["lr"]}
         return PeerSettings(**(base | overrides))

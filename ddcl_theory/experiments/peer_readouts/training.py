@@ -35,25 +35,30 @@ from ddcl_theory.runtime.training import fit
 def _initial_model(kind: str, data: TokenSet, s: PeerSettings, n_classes: int,
                    gen: torch.Generator) -> ReadoutClassifier:
     """The model before training: DDCL's prototypes from k-means++ (and ``ddcl_lloyd_steps``
-    Lloyd steps) on the encoded tokens and its temperature relative to T_c of the trained L_q
-    or to the tokens' trace (when the settings ask), near-equal banks (when asked)."""
+    Lloyd steps) on the encoded tokens (of the first ``ddcl_init_sequences`` sequences when
+    set) and its temperature relative to T_c of the trained L_q or to the tokens' trace (when
+    the settings ask, on the same tokens), near-equal banks (when asked)."""
     model = ReadoutClassifier(data.tokens.shape[-1], build_readout(kind, s), s.dim, s.hidden,
                               n_classes, encoder=s.encoder)
+    first = data
+    if 0 < s.ddcl_init_sequences < data.tokens.shape[0]:
+        sl = slice(0, s.ddcl_init_sequences)
+        first = TokenSet(data.tokens[sl], data.mask[sl], data.labels[sl])
     if kind == "ddcl" and s.ddcl_kmeans_init:
         with torch.no_grad():
             layer = model.readout.layer
-            z = model.encoder(data.tokens)
-            layer.init_prototypes_from(z, data.mask, generator=gen)
+            z = model.encoder(first.tokens)
+            layer.init_prototypes_from(z, first.mask, generator=gen)
             if s.ddcl_lloyd_steps:
-                tokens = layer.in_proj(z[data.mask])
+                tokens = layer.in_proj(z[first.mask])
                 layer.prototypes[0].copy_(lloyd(tokens, layer.prototypes[0],
                                                 s.ddcl_lloyd_steps))
     if kind == "ddcl" and s.ddcl_relative_temperature > 0:
-        t_c = ddcl_critical_temperature(model, data)           # the trained L_q's 4 lambda_max
+        t_c = ddcl_critical_temperature(model, first)          # the trained L_q's 4 lambda_max
         model.readout.layer.set_temperature(max(s.ddcl_relative_temperature * t_c, 1e-12))
     elif kind == "ddcl" and s.ddcl_temperature_fraction > 0:
         model.readout.layer.set_temperature(
-            ddcl_trace_temperature(model, data, s.ddcl_temperature_fraction))
+            ddcl_trace_temperature(model, first, s.ddcl_temperature_fraction))
     if s.bank_init == "near_equal":
         for bank in bank_parameters(model.readout):
             if bank.dim() >= 2 and bank.shape[-2] > 1:
@@ -132,7 +137,8 @@ def train_readout(kind: str, data: TokenSet, settings: PeerSettings | None = Non
     def loss(forward, idx):
         x, m = _trim(data.tokens[idx], data.mask[idx])
         logits, out = forward(x, m)
-        ce = nn.functional.cross_entropy(logits, data.labels[idx])
+        ce = nn.functional.cross_entropy(logits, data.labels[idx],
+                                         label_smoothing=s.label_smoothing)
         ce_losses.append(float(ce.detach()))
         return ce + s.ddcl_lam * out.aux_loss if kind == "ddcl" else ce
 
