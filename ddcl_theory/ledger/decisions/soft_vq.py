@@ -138,7 +138,7 @@ def decide_d11(result, grads) -> Verdict:
         f"(95% one-sample t; smallest detectable effect {mde[0]:.2f}) against the claimed > "
         f"{rule.tests[0].margin:g}; (2) soft - VectorQuantize {_fmt(intervals[1])} (95% paired "
         f"t; smallest detectable {mde[1]:.2f}) against > 0; VectorQuantize's expiry replaced "
-        f"{min(fired)}-{max(fired)} codes per run. Over epochs 1-{last} the soft usage goes "
+        f"between {min(fired)} and {max(fired)} codes per run. Over epochs 1-{last} the soft usage goes "
         + " -> ".join(f"{v[0]:.2f}" for v in soft_curve.values())
         + ", VectorQuantize's " + " -> ".join(f"{u:.2f}" for u in ema_usage)
         + f". Soft held-out MSE / mean predictor's: {rel_first.mean():.2f} after epoch 1, "
