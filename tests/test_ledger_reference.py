@@ -91,6 +91,7 @@ def test_stale_check_reports_changed_experiment_source(tmp_path, capsys):
     assert "stale" in problems[0] and "abc" in problems[0]
     (folder / "provenance" / "chap.json").unlink()
     assert "no provenance" in reference.stale(folder, tmp_path)[0]
+    assert "make reference NAMES=chap)" in reference.stale(folder, tmp_path)[0]
 
 
 def test_check_command_fails_on_stale_results(tmp_path, monkeypatch, capsys):

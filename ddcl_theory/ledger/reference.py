@@ -239,7 +239,7 @@ def stale(folder: Path | None = None, root: Path | None = None) -> list[str]:
         prov = entry["provenance"]
         if prov is None or not isinstance(prov.get("digests"), dict):
             problems.append(f"reference/{chapter}: no provenance: cannot tell whether it is "
-                            "current (rerun: make reference NAMES={chapter})")
+                            f"current (rerun: make reference NAMES={chapter})")
             continue
         source = root / "notebooks" / f"{chapter}.md"
         if not source.is_file():
