@@ -109,7 +109,6 @@ def decide_d14(result: Any, intervals: Mapping[str, Mapping[str, Sequence[Any]]]
         f"{c.probes['[CLS]'].test_acc:.3f} (C={c.probes['[CLS]'].c:g}); DDCL - mean "
         f"{_iv(pairs[cn][0])}, DDCL - [CLS] {_iv(pairs[cn][1])}: {words[cn]}"
         for cn, c in corpora.items())
-    stops = sorted({r.stopped for r in runs})
     evidence = (
         f"Frozen {result.encoder}; {n} seeds (each: a stratified validation split of the "
         f"training draw, the readout's initialisation and batch order), test accuracy at the "
@@ -118,8 +117,8 @@ def decide_d14(result: Any, intervals: Mapping[str, Mapping[str, Sequence[Any]]]
         + ", ".join(f"{titles[k.split('/')[0]]} vs {k.split('/')[1]} {v:.3f}"
                     for k, v in detectable.items())
         + f". Deciding: {titles[name]}, DDCL - {base} probe {_iv(iv)}. DDCL runs finished "
-        f"(validation plateau or passed optimum): {len(runs) - len(unfinished)} of {len(runs)} "
-        f"({', '.join(stops)}). Paper: {PAPER}.")
+        f"(validation plateau or passed optimum): {len(runs) - len(unfinished)} of {len(runs)}. "
+        f"Paper: {PAPER}.")
     our_value = "; ".join(
         f"{titles[cn]} DDCL {np.mean(c.ddcl):.3f} vs mean {c.probes['mean'].test_acc:.3f} vs "
         f"[CLS] {c.probes['[CLS]'].test_acc:.3f}" for cn, c in corpora.items())
