@@ -234,7 +234,9 @@ class StudySettings:
             seeds=p.pick(cpu=(0, 1, 2), reference=(0, 1, 2, 3, 4), paper=(0, 1, 2, 3, 4),
                          smoke=(0,)),
             epochs=p.pick(cpu=8, reference=20, paper=30, smoke=1),
-            tune_lrs=p.pick(cpu=(3e-3, 1e-2, 3e-2), reference=(1e-3, 3e-3, 1e-2, 3e-2),
+            # cpu: one rate; at its scale neighbouring rates differ by a few validation
+            # messages and the choice flipped between CPUs (the golden must not hinge on it)
+            tune_lrs=p.pick(cpu=(1e-2,), reference=(1e-3, 3e-3, 1e-2, 3e-2),
                             paper=(1e-3, 3e-3, 1e-2, 3e-2)),
             sweep_seeds=p.pick(cpu=(0, 1), paper=(0, 1, 2), smoke=(0,)),
             sweep_epochs=p.pick(cpu=8, paper=30, smoke=1),
