@@ -271,7 +271,8 @@ def test_run_corpus_end_to_end_with_a_fake_encoder(tmp_path, monkeypatch):
     T.run_corpus("sst2", s, enc)                    # the second run reads the cache
     assert enc.calls == calls
     res = T.TextReadoutResult(s, enc.name, {"sst2": r})
-    ivs = T.intervals(res)
+    from ddcl_theory.ledger.decisions.text_readout import intervals
+    ivs = intervals(res, T.SCALES)
     assert set(ivs["sst2"]) == set(T.SCALES)
     mean_iv, cls_iv = ivs["sst2"][T.SELECTED]
     assert mean_iv.method == "paired t" and mean_iv.n == 2

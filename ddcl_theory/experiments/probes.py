@@ -298,7 +298,8 @@ def linear_probe_cv(f_train: Tensor, y_train: Tensor, f_test: Tensor, y_test: Te
     """:func:`linear_probe` with C chosen by cross-validation on the training split.
 
     scikit-learn's ``LogisticRegressionCV`` (lbfgs, L2, accuracy) over the grid ``cs`` with
-    ``folds`` stratified folds shuffled by ``seed``, then refitted on the whole training split
+    ``folds`` stratified folds (fewer when the rarest class has fewer members) shuffled by
+    ``seed``, then refitted on the whole training split
     at the chosen C. Features are standardised with the training statistics. Its tuning budget:
     ``len(cs)`` values of one knob, each scored on ``folds`` held-out folds.
     """
@@ -315,7 +316,12 @@ def linear_probe_cv(f_train: Tensor, y_train: Tensor, f_test: Tensor, y_test: Te
     std = Standardiser.fit(f_train)
     a, b = std(f_train).cpu().double().numpy(), std(f_test).cpu().double().numpy()
     ya, yb = y_train.cpu().numpy(), y_test.cpu().numpy()
-    cv = StratifiedKFold(folds, shuffle=True, random_state=seed)
+    smallest = int(np.bincount(ya).min()) if ya.size else 0
+    if smallest < 2:
+        raise ValueError(f"y_train: every class needs >= 2 training examples for "
+                         f"cross-validation, the smallest has {smallest}")
+    # small draws (the paper profile's smoke test): no more folds than the rarest class fills
+    cv = StratifiedKFold(min(folds, smallest), shuffle=True, random_state=seed)
     clf = LogisticRegressionCV(Cs=list(cs), cv=cv, scoring="accuracy", max_iter=max_iter)
     with warnings.catch_warnings():          # scikit-learn's notices of future API changes
         warnings.simplefilter("ignore", FutureWarning)

@@ -39,7 +39,7 @@ and one fitted on the mean-pooled documents - scored by Hungarian ACC, purity, N
 
 Every DDCL training and clustering is a unit of the run directory
 (:class:`ddcl_theory.runtime.rundir.RunDir`), so a killed run resumes. The verdict is
-:func:`ddcl_theory.ledger.decisions.text_readout.decide_d14` on :func:`intervals`.
+:func:`ddcl_theory.ledger.decisions.text_readout.decide_d14` on its ``intervals``.
 """
 from __future__ import annotations
 
@@ -501,24 +501,3 @@ def run(settings: TextReadoutSettings | None = None, *, encoder=None,
                                                  for n, c in draws.items()})
     ckpt.finish({"corpora": list(result.corpora)})
     return result
-
-
-# --------------------------------------------------------------------------------- intervals
-BASELINES = ("mean", "[CLS]")        # the order of the D14 rule's tests
-
-
-def intervals(result: TextReadoutResult) -> dict[str, dict[str, tuple]]:
-    """corpus -> scale -> (interval of DDCL - mean probe, interval of DDCL - [CLS] probe): paired
-    t intervals (:func:`ddcl_theory.ledger.stats.paired_t`) of the test-accuracy differences,
-    each seed's DDCL readout paired with the probe (one deterministic fit, the same for every
-    seed), in the order of the D14 rule's tests."""
-    from ddcl_theory.ledger.stats import paired_t
-
-    out: dict[str, dict[str, tuple]] = {}
-    for name, r in result.corpora.items():
-        out[name] = {}
-        for scale in SCALES:
-            ddcl = r.ddcl_at(scale)
-            out[name][scale] = tuple(paired_t(ddcl, [r.probes[b].test_acc] * len(ddcl))
-                                     for b in BASELINES)
-    return out

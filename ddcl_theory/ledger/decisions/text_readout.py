@@ -28,7 +28,7 @@ from ddcl_theory.ledger.claims import rule_of
 from ddcl_theory.ledger.tolerance import Tolerance
 from ddcl_theory.ledger.verdict import Verdict
 
-__all__ = ["RULE", "BASELINES", "TOLERANCE", "PAPER", "corpus_word", "combine", "deciding",
+__all__ = ["RULE", "BASELINES", "intervals", "TOLERANCE", "PAPER", "corpus_word", "combine", "deciding",
            "decide_d14"]
 
 RULE = rule_of("D14")
@@ -131,3 +131,20 @@ def decide_d14(result: Any, intervals: Mapping[str, Mapping[str, Sequence[Any]]]
                             "deciding": f"{name}/{base}"},
                    rule=RULE.text, n_seeds=n, interval=(iv.low, iv.high),
                    scale=f"{largest} ({titles[name]})", trend=trend, tolerance=TOLERANCE)
+
+
+def intervals(result, scales: Sequence[str]) -> dict[str, dict[str, tuple]]:
+    """corpus -> scale -> (interval of DDCL - mean probe, interval of DDCL - [CLS] probe) for a
+    text-readout result (``result.corpora[name].ddcl_at(scale)``: per-seed test accuracies,
+    ``.probes[b].test_acc``): paired t intervals (:func:`stats.paired_t`) of the test-accuracy
+    differences, each seed's DDCL readout paired with the probe (one deterministic fit, the same
+    for every seed), in the order of the D14 rule's tests (:data:`BASELINES`), at each of
+    ``scales`` (the experiment's ``SCALES``)."""
+    out: dict[str, dict[str, tuple]] = {}
+    for name, r in result.corpora.items():
+        out[name] = {}
+        for scale in scales:
+            ddcl = r.ddcl_at(scale)
+            out[name][scale] = tuple(stats.paired_t(ddcl, [r.probes[b].test_acc] * len(ddcl))
+                                     for b in BASELINES)
+    return out
