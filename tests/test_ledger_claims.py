@@ -274,3 +274,16 @@ def test_ledger_table_with_reference_and_paper_columns_parses(tmp_path, book_rol
     assert d13[5] == "reproduced 0.8 → 0.9" and d13[6] == "inconclusive 0.8 → 0.9"
     entries = _parse_myst(claims.ledger_entries_markdown(ledger)).astext()
     assert "At reference scale" in entries and "Rule (fixed before the run)" in entries
+
+
+def test_binding_names_the_test_that_decides_the_word():
+    from ddcl_theory.ledger.claims import rule_of
+    from ddcl_theory.ledger.stats import Interval
+    rule = rule_of("L7")                   # three paired tests: <0, >0, <0
+    iv = lambda lo, hi: Interval((lo + hi) / 2, lo, hi, 5, "paired t")  # noqa: E731
+    assert rule.binding([iv(-2, -1), iv(1, 2), iv(-2, -1)]) == 0        # all reproduced
+    assert rule.binding([iv(-2, -1), iv(-1, 1), iv(-2, 1)]) == 1        # first straddling
+    assert rule.binding([iv(-2, 1), iv(1, 2), iv(1, 2)]) == 2           # excludes beats straddles
+    assert rule.decide([iv(-2, 1), iv(1, 2), iv(1, 2)]) == "not reproduced"
+    with pytest.raises(ValueError, match="intervals"):
+        rule.binding([iv(0, 1)])

@@ -243,6 +243,21 @@ class Rule:
             return "inconclusive"
         return word
 
+    def binding(self, intervals: list) -> int:
+        """The index of the test that decides the word of :meth:`decide` (one
+        :class:`~ddcl_theory.ledger.stats.Interval` per test, in order): the first test whose
+        interval excludes the claimed effect, else the first that straddles its margin, else
+        the first test. Its interval is the one a verdict reports as *the* interval."""
+        from ddcl_theory.ledger.stats import decide_interval
+        if len(intervals) != len(self.tests):
+            raise ValueError(f"intervals: expected {len(self.tests)}, got {len(intervals)}")
+        words = [decide_interval(iv, side=t.side, margin=t.margin)
+                 for t, iv in zip(self.tests, intervals)]
+        for word in ("not reproduced", "inconclusive"):
+            if word in words:
+                return words.index(word)
+        return 0
+
     @property
     def text(self) -> str:
         """The rule in one paragraph (the ``rule`` field of ``results/claims.json``)."""

@@ -182,13 +182,15 @@ L7_FIELDS = (("within_seq", "within-sequence share"), ("between_class", "between
 
 def decide_l7(study) -> Verdict:
     """L7: with all heads Laplacian vs none, a lower within-sequence share, a higher
-    between-class share and a lower NC1 (three paired t intervals). The headline interval and
-    trend are NC1's (the terminal-phase effect); the others are in ``numbers``."""
+    between-class share and a lower NC1 (three paired t intervals). The reported interval and
+    trend are those of the test that decides the word (:meth:`Rule.binding`); all three are in
+    ``numbers``."""
     rule = rule_of("L7")
     last = len(study.settings.checkpoints) - 1
     intervals = [_paired(study, f, last) for f, _ in L7_FIELDS]
     runs = _vit_runs(study, ("0", "all"))
     word, unfinished = _gate(rule.decide(intervals), runs)
+    binding = rule.binding(intervals)
     scales = study.settings.scales
     trends = {f: _trend(scales, lambda i, f=f: _paired(study, f, i)) for f, _ in L7_FIELDS}
     train_acc = float(np.mean([r.points[last].train_acc for r in runs]))
@@ -216,8 +218,9 @@ def decide_l7(study) -> Verdict:
                             "trends": trends, "train_acc": train_acc, "nc1_train": nc1_train,
                             "unfinished": len(unfinished)},
                    rule=rule.text, n_seeds=intervals[0].n,
-                   interval=(intervals[2].low, intervals[2].high), scale=_vit_scale(study),
-                   trend=trends["nc1"], tolerance=TRAINING)
+                   interval=(intervals[binding].low, intervals[binding].high),
+                   scale=_vit_scale(study), trend=trends[L7_FIELDS[binding][0]],
+                   tolerance=TRAINING)
 
 
 def pr_ratios(study, at: int = -1, field: str = "pr") -> np.ndarray:
