@@ -12,3 +12,17 @@ def test_cv_probe_uses_no_more_folds_than_the_rarest_class_and_names_too_rare_la
     assert log.train_acc == 1.0
     with pytest.raises(ValueError, match="y_train"):
         linear_probe_cv(f, torch.tensor([0] * 11 + [1]), f, y)
+
+
+def test_validation_split_holds_every_class_on_both_sides_of_tiny_draws():
+    import numpy as np
+    import pytest
+    from ddcl_theory.experiments.probes import validation_split
+    y = np.repeat(np.arange(20), 3)                  # 60 rows, 20 classes: 20% would be 12
+    tr, va = validation_split(y, 0.2, seed=0)
+    assert set(y[va]) == set(range(20)) and set(y[tr]) == set(range(20))
+    big = np.repeat(np.arange(4), 50)
+    tr, va = validation_split(big, 0.2, seed=0)       # ordinary draws: sklearn's own 20%
+    assert len(va) == 40 and len(tr) == 160
+    with pytest.raises(ValueError, match="y:"):
+        validation_split(np.arange(20), 0.2, seed=0)

@@ -19,6 +19,7 @@ L_q, each sequence given to its dominant prototype). Clusterings are scored with
 """
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass, field
 
@@ -467,8 +468,17 @@ def validation_split(y: np.ndarray, fraction: float, seed: int) -> tuple[np.ndar
     (scikit-learn's ``train_test_split`` with ``random_state=seed``)."""
     from sklearn.model_selection import train_test_split
 
+    y = np.asarray(y)
     rows = np.arange(len(y))
-    a, b = train_test_split(rows, test_size=fraction, random_state=seed, stratify=np.asarray(y))
+    n_classes = len(np.unique(y))
+    test_size: float | int = fraction
+    if math.ceil(fraction * len(y)) < n_classes:     # tiny draws (the paper smoke test): one
+        test_size = n_classes                         # validation row per class at least
+    if len(y) - math.ceil(test_size if isinstance(test_size, int) else fraction * len(y)) \
+            < n_classes:
+        raise ValueError(f"y: {len(y)} rows cannot hold {n_classes} classes on both sides of "
+                         f"a stratified validation split")
+    a, b = train_test_split(rows, test_size=test_size, random_state=seed, stratify=y)
     return np.sort(a), np.sort(b)
 
 
