@@ -215,7 +215,14 @@ def test_describe_committed_shows_word_interval_scale_and_trend(tmp_path):
         "id": "D99", "verdict": "inconclusive", "evidence": "a straddling interval",
         "decision": {"n_seeds": 5, "interval": [-0.01, 0.02], "scale": "300 steps",
         "trend": {"100 steps": 0.0, "300 steps": 0.005}}}]))
-    text = describe_committed("demo", tmp_path)
-    assert "D99: inconclusive" in text and "n = 5" in text and "[-0.01, +0.02]" in text
-    assert "at 300 steps" in text and "300 steps" in text.split("trend:")[1]
+    (tmp_path / "provenance").mkdir()
+    (tmp_path / "provenance" / "demo.json").write_text(json.dumps(
+        {"chapter": "demo", "git_commit": "0123456789abcdef", "seconds": 4321.0,
+         "hostname": "box-17"}))
+    text = describe_committed("demo", tmp_path, width=40)
+    flat = " ".join(text.split())
+    assert "D99: inconclusive" in text and "n = 5" in flat and "[-0.01, +0.02]" in flat
+    assert "at 300 steps" in flat and "300 steps" in flat.split("trend:")[1]
+    assert "0123456789ab" in text and "4321" not in text and "box-17" not in text
+    assert max(map(len, text.splitlines())) <= 40
     assert "No reference run" in describe_committed("other", tmp_path)

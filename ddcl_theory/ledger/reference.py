@@ -197,15 +197,15 @@ def committed(chapter: str, folder: Path | None = None) -> dict | None:
 def describe_committed(chapter: str, folder: Path | None = None, width: int = 88) -> str:
     """The committed reference verdicts of ``chapter`` as text for its page, beside the live
     cpu run: per claim the word, its evidence, n, the 95% interval, the scale it was decided at
-    and the trend; the time the chapter took. A sentence when none is committed."""
+    and the trend (no machine facts: its time and host stay in the provenance file). A sentence
+    when none is committed."""
     import textwrap
     entry = committed(chapter, folder)
     if entry is None:
         return (f"No reference run of this chapter is committed yet (make reference "
                 f"NAMES={chapter}).")
     prov = entry["provenance"] or {}
-    lines = [f"reference profile, {prov.get('seconds') or 0:.0f} s for the chapter, commit "
-             f"{(prov.get('git_commit') or '?')[:12]}:"]
+    lines = [f"reference profile, commit {(prov.get('git_commit') or '?')[:12]}:"]
     for row in entry["verdicts"]:
         decision = row.get("decision") or {}
         lines.append(f"{row['id']}: {row['verdict']}")
@@ -220,7 +220,8 @@ def describe_committed(chapter: str, folder: Path | None = None, width: int = 88
         if decision.get("scale"):
             facts.append(f"at {decision['scale']}")
         if facts:
-            lines.append("  " + ", ".join(facts))
+            lines.append(textwrap.fill(", ".join(facts), width, initial_indent="  ",
+                                       subsequent_indent="    "))
         if decision.get("trend"):
             lines.append(textwrap.fill(f"trend: {decision['trend']}", width,
                                        initial_indent="  ", subsequent_indent="    "))

@@ -2,6 +2,11 @@
 from __future__ import annotations
 
 import math
+import textwrap
+
+#: the widest line a chapter prints or holds in a code cell: it fits the book's text column at
+#: 1400 px (``_static/layout.css``; measured by ``tests/test_rendered_book.py``)
+LINE_WIDTH = 88
 
 
 def below(value: float, bound: float, spec: str = ".3g") -> str:
@@ -48,3 +53,27 @@ def show_table(header: list[str], rows: list[list]):
         return text
     display(Markdown(text))
     return None
+
+
+def wrap(text: str, width: int = LINE_WIDTH) -> str:
+    """``text`` with every line longer than ``width`` broken at spaces; a broken line's
+    continuation keeps the line's own indentation plus two spaces. Explicit line breaks stay.
+    Words are never split (a word longer than ``width`` stays whole)."""
+    if width < 20:
+        raise ValueError(f"width: expected an int >= 20, got {width!r}")
+    out = []
+    for line in text.split("\n"):
+        if len(line) <= width:
+            out.append(line)
+            continue
+        indent = line[: len(line) - len(line.lstrip(" "))]
+        out.append(textwrap.fill(line.strip(" "), width, initial_indent=indent,
+                                 subsequent_indent=indent + "  ", break_long_words=False,
+                                 break_on_hyphens=False))
+    return "\n".join(out)
+
+
+def say(*parts: object, width: int = LINE_WIDTH) -> None:
+    """``print`` for a chapter: the parts joined by spaces, each line wrapped by :func:`wrap` so
+    that no printed line runs past the book's text column."""
+    print(wrap(" ".join(str(p) for p in parts), width))

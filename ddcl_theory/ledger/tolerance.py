@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 NUMBER = re.compile(
     r"(?<![A-Za-z_\d.+-])[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?(?![A-Za-z_\d])"
 )
+WHITESPACE = re.compile(r"\s+")
 DECLARATION = re.compile(r"^\s*#\s*nbval-tolerance:\s*(?P<spec>.*)$", re.MULTILINE)
 _FIELD = re.compile(r"\b(abs|rel)\s*=\s*([0-9.eE+-]+)")
 
@@ -113,11 +114,19 @@ def split_numbers(text: str) -> tuple[list[str], list[str]]:
     return NUMBER.split(text), NUMBER.findall(text)
 
 
+def _layout_free(words: list[str]) -> list[str]:
+    return [WHITESPACE.sub(" ", w) for w in words]
+
+
 def compare_text(golden: str, actual: str, tol: Tolerance = TIGHT) -> list[str]:
-    """Differences between two printed texts, as readable lines (empty when they agree)."""
+    """Differences between two printed texts, as readable lines (empty when they agree).
+
+    Words must match exactly, up to layout: a run of spaces and line breaks equals one space,
+    so a line wrapped at another place (a number one digit wider on another CPU moves the
+    break of :func:`ddcl_theory.ledger.report.wrap`) or padded differently is the same text."""
     g_words, g_nums = split_numbers(golden)
     a_words, a_nums = split_numbers(actual)
-    if g_words != a_words or len(g_nums) != len(a_nums):
+    if _layout_free(g_words) != _layout_free(a_words) or len(g_nums) != len(a_nums):
         return [_first_text_difference(golden, actual)]
     problems = []
     for i, (g, a) in enumerate(zip(g_nums, a_nums)):
