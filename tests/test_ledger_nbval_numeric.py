@@ -104,6 +104,25 @@ def test_xdist_workers_take_the_chapters_first_and_the_ledger_last():
                                        "ledger.ipynb"]
 
 
+def test_xdist_workers_start_the_slowest_files_first_in_their_stated_order():
+    from ddcl_theory.ledger import nbval_numeric
+    from ddcl_theory.runtime.paths import chapter_order
+
+    heavy = nbval_numeric.HEAVY_FIRST
+    assert set(heavy) - {"test_experiments_smoke"} <= set(chapter_order())   # names that exist
+    first = next(c for c in chapter_order() if c not in heavy)
+    names = ["ledger.ipynb", "test_a.py", f"{first}.ipynb", f"{heavy[2]}.ipynb",
+             f"{heavy[1]}.py", f"{heavy[0]}.ipynb"]
+    items = _items(names)
+    worker = SimpleNamespace(workerinput={"testrunuid": "t"})
+    nbval_numeric.pytest_collection_modifyitems(None, worker, items)
+    assert [i.name for i in items] == [f"{heavy[0]}.ipynb", f"{heavy[1]}.py", f"{heavy[2]}.ipynb",
+                                       f"{first}.ipynb", "test_a.py", "ledger.ipynb"]
+    items = _items(names)                       # in one process: unit tests, chapters, ledger
+    nbval_numeric.pytest_collection_modifyitems(None, SimpleNamespace(), items)
+    assert [i.name for i in items][0] == "test_a.py" and items[-1].name == "ledger.ipynb"
+
+
 def test_the_ledger_waits_for_the_chapters_other_workers_run(tmp_path, monkeypatch):
     import tempfile
 

@@ -73,6 +73,11 @@ def compare_outputs(self, test, ref, skip_compare=None):
 LEDGER = "ledger"
 #: how long (seconds) the ledger's worker waits for the chapters run by other workers
 LEDGER_WAIT_S = 3600.0
+#: under xdist, the test files (stems) that take minutes each on a 2-core machine, started
+#: first so that no worker is left with one of them at the end while the other idles. The
+#: paper smoke test sits between the two text chapters: peer_readouts then finds 20 Newsgroups'
+#: embeddings already cached by text_readout (the same draw) instead of encoding them twice
+HEAVY_FIRST = ("text_readout", "test_experiments_smoke", "dense_features", "peer_readouts")
 
 
 def _notebook(item) -> str | None:
@@ -94,10 +99,12 @@ def pytest_collection_modifyitems(session, config, items):
 
     Under pytest-xdist with ``--dist loadfile --no-loadscope-reorder`` (``make test``) each
     golden goes whole to one worker (its cells in order, in one kernel) and the order becomes:
-    the chapters, the other tests, the ledger, so that the workers execute several chapters at
-    once, the unit tests fill the gaps and the ledger comes last; its worker still waits for
-    every chapter before it (``_await_chapters``).
+    the slowest files (:data:`HEAVY_FIRST`), the other chapters, the other tests, the ledger, so
+    that the workers execute several chapters at once, the unit tests fill the gaps and the
+    ledger comes last; its worker still waits for every chapter before it (``_await_chapters``).
     """
+    from pathlib import Path
+
     from ddcl_theory.runtime.paths import chapter_order
 
     order = {name: i for i, name in enumerate(chapter_order())}
@@ -105,11 +112,13 @@ def pytest_collection_modifyitems(session, config, items):
 
     def key(item):
         name = _notebook(item)
+        if distributed and Path(str(item.fspath)).stem in HEAVY_FIRST:
+            return (0, HEAVY_FIRST.index(Path(str(item.fspath)).stem))
         if name is None:
-            return (1 if distributed else 0, 0)
+            return (2 if distributed else 0, 0)
         if name == LEDGER:
-            return (2, order.get(name, len(order)))
-        return (0 if distributed else 1, order.get(name, len(order)))
+            return (3, order.get(name, len(order)))
+        return (1, order.get(name, len(order)))
 
     items[:] = sorted(items, key=key)  # stable: cells of one notebook keep their order
 
