@@ -226,3 +226,12 @@ def test_describe_committed_shows_word_interval_scale_and_trend(tmp_path):
     assert "0123456789ab" in text and "4321" not in text and "box-17" not in text
     assert max(map(len, text.splitlines())) <= 40
     assert "No reference run" in describe_committed("other", tmp_path)
+
+
+def test_a_chapters_digests_cover_its_decision_but_not_the_ledger_page_code():
+    from ddcl_theory.runtime.paths import repo_root
+    mods = reference.chapter_modules(repo_root() / "notebooks" / "peer_readouts.md")
+    assert "ddcl_theory.ledger.decisions.peer_readouts" in mods      # it decides the verdict
+    assert "ddcl_theory.ledger.stats" in mods                        # and its intervals
+    assert "ddcl_theory.experiments.peer_readouts.study" in mods
+    assert not {"ddcl_theory.ledger.claims", "ddcl_theory.ledger.report"} & set(mods)

@@ -429,7 +429,10 @@ def test_ledger_shows_paper_profile_verdicts_beside_cpu_ones_only_when_they_exis
     row = {r["id"]: r for r in ledger}
     # the verdict comes from the largest scale that ran; the cpu word and value stay beside it
     assert (row["L6"]["verdict"], row["L6"]["verdict_from"]) == ("reproduced", "paper")
-    assert row["L6"]["cpu_verdict"] == "qualified" and row["L6"]["our_value"] == "+1 point"
+    assert row["L6"]["cpu_verdict"] == "qualified" and row["L6"]["cpu_our_value"] == "+1 point"
+    assert (row["L6"]["our_value"], row["L6"]["evidence"]) == ("+2.5 points",
+                                                                "ViT at paper scale")
+    assert row["L6"]["cpu_evidence"] == "small ViT"
     assert row["L6"]["paper_profile"]["verdict"] == "reproduced"
     assert row["L6"]["paper_profile"]["our_value"] == "+2.5 points"
     assert row["D3"]["paper_profile"] is None

@@ -558,8 +558,10 @@ def build_ledger(directory: Path | None = None, paper_directory: Path | None = N
     ``directory`` is not given). With either, every row carries ``"reference_profile"`` /
     ``"paper_profile"`` (verdict, evidence, our value, chapter, page, tolerance and decision of
     that run, or None for a claim it did not settle), its ``"verdict"`` is taken from the
-    largest scale (:data:`SCALES`) that settled it, named in ``"verdict_from"``, and the cpu
-    word is kept in ``"cpu_verdict"``. Without them the rows are exactly the cpu ones.
+    largest scale (:data:`SCALES`) that settled it, named in ``"verdict_from"``, with that run's
+    ``"evidence"`` and ``"our_value"``; the cpu run's word, evidence and value are kept in
+    ``"cpu_verdict"``, ``"cpu_evidence"`` and ``"cpu_our_value"``. Without them the rows are
+    exactly the cpu ones.
     Empirical claims (:data:`RULES`) also carry :data:`EMPIRICAL_FIELDS` from the run the
     verdict came from.
 
@@ -593,12 +595,14 @@ def build_ledger(directory: Path | None = None, paper_directory: Path | None = N
         decision = row.get("decision") if row else None
         if larger:
             entry["cpu_verdict"], entry["verdict_from"] = entry["verdict"], "cpu"
+            entry["cpu_evidence"], entry["cpu_our_value"] = entry["evidence"], entry["our_value"]
             for name, rows in larger.items():
                 big = rows.get(c.id)
                 entry[PROFILE_KEYS[name]] = None if big is None else {
                     k: big.get(k) for k in _AT_SCALE_FIELDS}
-                if big is not None:
+                if big is not None:   # the word, its evidence and value from one run
                     entry["verdict"], entry["verdict_from"] = big["verdict"], name
+                    entry["evidence"], entry["our_value"] = big["evidence"], big.get("our_value")
                     decision = big.get("decision")
         if c.id in RULES:
             entry.update(_empirical_fields(c.id, decision))
@@ -689,7 +693,7 @@ def ledger_markdown(ledger: list[dict]) -> str:
     lines += [f"  - {titles[name]}" for name in scales]
     for row in ledger:
         verdict = _verdict_badge(row["verdict"])
-        ours = _value(row["our_value"], empty="")
+        ours = _value(row.get("cpu_our_value", row["our_value"]), empty="")
         if scales and row.get("verdict_from", "cpu") != "cpu":
             verdict += f" ({row['verdict_from']})"
             ours = f"{_verdict_badge(row['cpu_verdict'])} {ours}"
@@ -765,7 +769,10 @@ def ledger_entries_markdown(ledger: list[dict]) -> str:
                          [f"**{title}:** not settled by the {name}-profile run.", ""])
         if at_scale and row.get("verdict_from", "cpu") != "cpu":
             at_scale += [f"**Verdict taken from:** the {row['verdict_from']} run (the largest "
-                         f"scale that ran); cpu: {_verdict_badge(row['cpu_verdict'])}.", ""]
+                         f"scale that ran; its evidence and value are the ones above). **cpu "
+                         f"run:** {_verdict_badge(row['cpu_verdict'])} · **Ours:** "
+                         f"{_value(row.get('cpu_our_value'))} · **Evidence:** "
+                         f"{_value(row.get('cpu_evidence'))}", ""]
         rule = []
         if "rule" in row:
             rule = [f"**Rule (fixed before the run).** {markdown_text(row['rule'])}", "",

@@ -31,6 +31,9 @@ REFERENCE = "reference"
 #: The subpackages whose code decides a reference result (the science and the experiments);
 #: ``runtime`` and ``ledger`` (how results are stored and shown) are left out.
 SCIENCE = ("experiments", "layers", "models", "theory", "metrics", "data", "functional", "bench")
+#: the ledger modules that turn a chapter's results into its verdicts (the decision of each
+#: chapter and the intervals): a change there changes a committed verdict as much as the science
+DECIDING = ("ledger.decisions", "ledger.stats")
 PACKAGE = "ddcl_theory"
 
 
@@ -72,7 +75,8 @@ def _module_file(name: str, root: Path) -> Path | None:
 
 def _is_science(name: str) -> bool:
     parts = name.split(".")
-    return len(parts) >= 2 and parts[0] == PACKAGE and parts[1] in SCIENCE
+    return len(parts) >= 2 and parts[0] == PACKAGE and (
+        parts[1] in SCIENCE or ".".join(parts[1:3]) in DECIDING)
 
 
 def _imports(tree: ast.AST, module: str, is_package: bool) -> set[str]:
@@ -115,8 +119,9 @@ def _chapter_imports(source: Path) -> set[str]:
 
 
 def chapter_modules(source: Path, root: Path | None = None) -> list[str]:
-    """The science and experiment modules (:data:`SCIENCE`) a chapter runs: those its source
-    imports and, transitively, those they import. Sorted module names."""
+    """The science and experiment modules (:data:`SCIENCE`) a chapter runs and the decision
+    modules (:data:`DECIDING`) that settle its claims: those its source imports and,
+    transitively, those they import. Sorted module names."""
     root = root or repo_root()
     if root is None:
         raise RuntimeError("reference: run from a checkout")
