@@ -36,9 +36,13 @@ def test_d2_confirmed_for_affine_counts_and_linear_against_quadratic_slopes():
     assert dec.decide_d2(not_affine, slope_ddcl=1.0, slope_sdpa=2.0, **STORED).word == "refuted"
 
 
-def _log(acc_end, v=(0.5, 0.3), finite=True, curve=(2.3, 2.0, 1.9, 1.89, 1.88, 1.88)):
+FLAT = (2.3, 2.0, 1.9, 1.89, 1.88, 1.88)
+FALLING = (2.3, 2.1, 1.9, 1.7, 1.5, 1.3)
+
+
+def _log(acc_end, v=(0.5, 0.3), finite=True, curve=FLAT, held_out=FLAT):
     return NS(all_finite=finite, min_v=min(v) if v else float("nan"), train_loss=list(curve),
-              test_acc=[0.1, 0.12, acc_end])
+              test_loss=list(held_out), test_acc=[0.1, 0.12, acc_end])
 
 
 class _Result:
@@ -90,8 +94,18 @@ def test_d15_inconclusive_when_an_interval_straddles_or_seeds_are_few_or_runs_un
     three = {k: a[:3] for k, a in ACC.items()}
     v = dec.decide_d15(_result(three))
     assert v.word == "inconclusive" and "fewer than the rule's 5" in v.evidence
-    moving = dec.decide_d15(_result(curve=(2.3, 2.1, 1.9, 1.7, 1.5, 1.3), only="block"))
-    assert moving.word == "inconclusive" and "(2-epoch windows, rel 0.05): 5 of 10" in moving.evidence
+    moving = dec.decide_d15(_result(held_out=FALLING, only="block"))
+    assert moving.word == "inconclusive" and "readout 0, block 5 of 5 each" in moving.evidence
+    assert moving.numbers["unfinished_by_arm"] == {"readout": 0, "block": 5}
+
+
+def test_d15_gate_reads_the_held_out_curve_and_shows_the_training_curve_beside_it():
+    """A block that overfits (training loss still falling, held-out loss flat) has finished."""
+    overfit = dec.decide_d15(_result(curve=FALLING, only="block"))
+    assert overfit.word == "reproduced"
+    assert overfit.numbers["unfinished_training_curve"] == {"readout": 0, "block": 5}
+    assert "on their training cross-entropy: readout 0, block 5" in overfit.evidence
+    assert "fitting the training images" in overfit.evidence
 
 
 def test_d15_requirement_non_finite_loss_or_negative_v_is_not_reproduced():

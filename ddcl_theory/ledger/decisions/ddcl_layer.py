@@ -18,8 +18,11 @@ from ddcl_theory.ledger.tolerance import Tolerance
 from ddcl_theory.ledger.verdict import Verdict, decided_by
 from ddcl_theory.metrics.convergence import convergence
 
-#: Plateau rule of the D15 runs: the mean training cross-entropy of the last two epochs within
-#: 5% of the two before (the house rule's defaults, :mod:`ddcl_theory.metrics.convergence`).
+#: Plateau rule of the D15 runs: the mean held-out cross-entropy (the test images after each
+#: epoch: the run's validation curve, as docs/evidence.md rule 5 asks) of the last two epochs
+#: within 5% of the two before (the house rule's defaults, :mod:`ddcl_theory.metrics.convergence`).
+#: The training curve is read beside it: a block run that overfits keeps lowering its training
+#: loss while its held-out loss and accuracy stay put.
 PLATEAU_REL, PLATEAU_WINDOW = 0.05, 2
 
 #: D15 quotes seed means of test accuracy and their t intervals. Measured in the cpu run (3
@@ -112,9 +115,9 @@ def decide_d15(result) -> Verdict:
     field, epoch=None)``. The word is ``rule_of("D15").decide`` on the one-sample t intervals of
     test accuracy - chance of the readout and of the block at the last epoch; then the gates:
     a non-finite loss or V < 0 at some step -> ``not reproduced`` (the rule's requirement); a
-    deciding run (readout or block) whose training cross-entropy did not reach its plateau
-    (:func:`~ddcl_theory.metrics.convergence.convergence`, stated rel and window) ->
-    ``inconclusive``.
+    deciding run (readout or block) whose held-out cross-entropy (its validation curve) did not
+    reach its plateau (:func:`~ddcl_theory.metrics.convergence.convergence`, stated rel and
+    window) -> ``inconclusive``. The training-curve reading is counted beside it.
     """
     rule = rule_of("D15")
     st, chance = result.settings, result.chance
@@ -125,17 +128,21 @@ def decide_d15(result) -> Verdict:
     logs = [log for k in result.runs for log in result.runs[k]]
     finite = all(log.all_finite for log in logs)
     v_ok = all(log.min_v >= 0 for k in deciding for log in result.runs[k])
-    plateaus = {k: [convergence(log.train_loss, rel=PLATEAU_REL, window=PLATEAU_WINDOW)
-                    for log in result.runs[k]] for k in deciding}
-    unfinished = sum(not c.plateau for cs in plateaus.values() for c in cs)
-    n_runs = sum(len(cs) for cs in plateaus.values())
+    def still_moving(curve: str) -> dict[str, int]:
+        return {k: sum(not convergence(getattr(log, curve), rel=PLATEAU_REL,
+                                       window=PLATEAU_WINDOW).plateau for log in result.runs[k])
+                for k in deciding}
+
+    moving, moving_train = still_moving("test_loss"), still_moving("train_loss")
+    unfinished = sum(moving.values())
+    n_runs = sum(len(result.runs[k]) for k in deciding)
     reasons = []
     if not (finite and v_ok):
         word = "not reproduced"
         reasons.append("a loss was not finite or V < 0 at some step (the rule's requirement)")
     elif unfinished:
         word = "inconclusive"
-        reasons.append("deciding runs had not reached the plateau of their training "
+        reasons.append("deciding runs had not reached the plateau of their held-out "
                        "cross-entropy")
     n = len(st.seeds)
     if n < rule.n_seeds:
@@ -156,9 +163,15 @@ def decide_d15(result) -> Verdict:
         + "; ".join(f"{names[k]} {iv.estimate:+.3f} [{iv.low:+.3f}, {iv.high:+.3f}] (smallest "
                     f"detectable effect {mde[k]:.3f})" for k, iv in zip(deciding, intervals))
         + f"; margin {rule.tests[0].margin:g}. Losses finite at every step: {finite}; V >= 0 at "
-        f"every step: {v_ok}. Deciding runs still moving by the plateau rule of the training "
-        f"cross-entropy ({PLATEAU_WINDOW}-epoch windows, rel {PLATEAU_REL:g}): {unfinished} "
-        f"of {n_runs}. Mean-pool readout of the same encoder "
+        f"every step: {v_ok}. Deciding runs still moving by the plateau rule "
+        f"({PLATEAU_WINDOW}-epoch windows, rel {PLATEAU_REL:g}) on their held-out "
+        f"cross-entropy (the deciding curve): readout {moving['ddcl']}, block {moving['block']} "
+        f"of {n_runs // 2} each; on their training cross-entropy: readout "
+        f"{moving_train['ddcl']}, block {moving_train['block']}"
+        + (" (a training curve still falling while the held-out one is flat is fitting the "
+           "training images, not unfinished learning)"
+           if sum(moving_train.values()) > unfinished else "")
+        + f". Mean-pool readout of the same encoder "
         f"{mean_acc['mean']:.3f} +- {sd_acc['mean']:.3f}. "
         + (f"Why {word}: {'; '.join(reasons)}. " if reasons and word != "reproduced" else "")
         + "The paper gives no number: trainability only, not accuracy.")
@@ -172,6 +185,8 @@ def decide_d15(result) -> Verdict:
                  "intervals": {names[k]: iv.as_list() for k, iv in zip(deciding, intervals)},
                  "detectable": {names[k]: mde[k] for k in deciding},
                  "finite": finite, "v_nonnegative": v_ok, "unfinished": unfinished,
+                 "unfinished_by_arm": {names[k]: moving[k] for k in deciding},
+                 "unfinished_training_curve": {names[k]: moving_train[k] for k in deciding},
                  "deciding_runs": n_runs,
                  "trend_block": d15_trend(result, "block")},
         rule=rule.text, n_seeds=n, interval=tuple(intervals[binding].as_list()),
