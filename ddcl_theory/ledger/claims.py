@@ -375,6 +375,34 @@ def rule_of(claim_id: str) -> Rule | None:
     return RULES.get(get(claim_id).id)
 
 
+#: Rules amended after the reference run showed the registered one wrong (evidence.md rule 1:
+#: the page says so and shows both words): claim id -> (the amended rule, why). The registered
+#: rule stays in :data:`RULES` and its word is still computed and shown.
+AMENDED: dict[str, tuple[Rule, str]] = {
+    "D17": (Rule((
+        Test("effective rank of the S attention maps / S (the quantity the collapse rule "
+             "reads), DDCL - Slot Attention (same seed and tokens)", ">", method="paired t"),
+        Test("effective rank of the S attention maps / S, DDCL - Perceiver", ">",
+             method="paired t"),
+    ), n_seeds=5, scales="training steps and sequence length",
+        requires="a DDCL run that collapses with tau below T_c of L_q (4 lambda_max of its "
+                 "current tokens) refutes the claim; a DDCL run that starts below that T_c "
+                 "and collapses once joint training has moved T_c below tau qualifies it "
+                 "(the guarantee then holds only while tau stays below T_c)",
+        note="Slot Attention's iterative updates and FLOPs against DDCL's are counted beside; "
+             "the registered usage-perplexity tests are decided and shown beside."),
+        "the registered statistic, the usage perplexity of the tokens' first choices, cannot "
+        "see collapse: Slot Attention runs whose slots the collapse rule flags score its "
+        "maximum (identical slots split the tokens evenly at random), and the gate read "
+        "tau / T_c only at the end of a run"),
+}
+
+
+def amended_rule_of(claim_id: str) -> tuple[Rule, str] | None:
+    """``(amended rule, why)`` of a claim whose registered rule was amended; None otherwise."""
+    return AMENDED.get(get(claim_id).id)
+
+
 #: The fields every empirical claim carries in ``results/claims.json``.
 EMPIRICAL_FIELDS = ("rule", "n_seeds", "interval", "scale", "trend")
 
@@ -775,8 +803,13 @@ def ledger_entries_markdown(ledger: list[dict]) -> str:
                          f"{_value(row.get('cpu_evidence'))}", ""]
         rule = []
         if "rule" in row:
-            rule = [f"**Rule (fixed before the run).** {markdown_text(row['rule'])}", "",
-                    _decided_on(row), ""]
+            rule = [f"**Rule (fixed before the run).** {markdown_text(row['rule'])}", ""]
+            if row.get("recorded_rule"):
+                amended = amended_rule_of(row["id"])
+                why = f" Amended because {markdown_text(amended[1])}." if amended else ""
+                rule += [f"**Rule the verdict was decided by.** "
+                         f"{markdown_text(row['recorded_rule'])}{why}", ""]
+            rule += [_decided_on(row), ""]
         blocks.append("\n".join([
             f"({ledger_anchor(row['id'])})=",
             ":::{container} ddcl-ledger-entry",
