@@ -143,9 +143,10 @@ def decide_d11(result, grads) -> Verdict:
         + ", VectorQuantize's " + " -> ".join(f"{u:.2f}" for u in ema_usage)
         + f". Soft held-out MSE / mean predictor's: {rel_first.mean():.2f} after epoch 1, "
         f"{rel_last.mean():.2f} after epoch {last}; no estimator needed: "
-        f"{'yes' if no_estimator else 'no'}. Early-training claim, no plateau gate: "
-        f"{plateaued} of {len(soft_runs) + len(ema_runs)} soft and VectorQuantize runs reached "
-        f"their training-loss plateau. Hard VQ (straight-through, uniform init) used "
+        f"{'yes' if no_estimator else 'no'}. Early-training claim, no plateau gate; runs that "
+        f"reached their training-loss plateau: soft {sum(x.plateau for x in soft_runs)} of "
+        f"{len(soft_runs)}, VectorQuantize {sum(x.plateau for x in ema_runs)} of "
+        f"{len(ema_runs)}. Hard VQ (straight-through, uniform init) used "
         f"{hard_first:.2f} of the codes in epoch 1 (training tokens). "
         + (f"Gates: {'; '.join(reasons)}. " if reasons else "")
         + f"Paper: {PAPER}.")
