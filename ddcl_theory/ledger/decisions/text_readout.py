@@ -116,9 +116,12 @@ def decide_d14(result: Any, intervals: Mapping[str, Mapping[str, Sequence[Any]]]
         f"detectable effect (80% power): "
         + ", ".join(f"{titles[k.split('/')[0]]} vs {k.split('/')[1]} {v:.3f}"
                     for k, v in detectable.items())
-        + f". Deciding: {titles[name]}, DDCL - {base} probe {_iv(iv)}. DDCL runs finished "
-        f"(validation plateau or passed optimum): {len(runs) - len(unfinished)} of {len(runs)}. "
-        f"Paper: {PAPER}.")
+        + f". Deciding: {titles[name]}, DDCL - {base} probe {_iv(iv)}. The probes are one "
+        f"deterministic fit on the fixed draw, so the pairing is nominal: the intervals cover "
+        f"the readout's seed-to-seed variation, not the sampling of the test texts. DDCL runs "
+        f"finished: {len(runs) - len(unfinished)} of {len(runs)} (validation plateau "
+        f"{sum(r.stopped == 'plateau' for r in runs)}, early-stopped past the validation "
+        f"optimum {sum(r.stopped == 'passed optimum' for r in runs)}). Paper: {PAPER}.")
     our_value = "; ".join(
         f"{titles[cn]} DDCL {np.mean(c.ddcl):.3f} vs mean {c.probes['mean'].test_acc:.3f} vs "
         f"[CLS] {c.probes['[CLS]'].test_acc:.3f}" for cn, c in corpora.items())
