@@ -55,6 +55,11 @@ def test_gates_make_it_inconclusive():
     assert dec.decide_l10(sweep(0.02, ent=math.log(64))).word == "inconclusive"
     floor = dec.decide_l10(sweep(0.02, untrained=0.9))
     assert floor.word == "inconclusive" and "do not beat" in floor.evidence
+    # a mean a hair above each run's own untrained probe is not above the floor: the paired
+    # interval of trained - untrained must exclude 0
+    hair = dec.decide_l10(sweep(0.02, untrained=0.326))
+    assert hair.numbers["floor_interval"][0] < 0 < hair.numbers["floor_interval"][1]
+    assert hair.word == "inconclusive" and "cannot move" in hair.evidence
 
 
 def test_collapse_checks():

@@ -15,7 +15,7 @@ COUNTS = {"0": 0, "1": 1, "half": 2, "all": 4}
 NOISE = np.array([0.0, 0.01, -0.01, 0.005, -0.005])       # per seed, mean 0
 
 
-def vit_study(n_seeds=5, plateau=True, **fields):
+def vit_study(n_seeds=5, plateau=True, curve=(1.2, 1.0, 0.95, 0.94), **fields):
     """A ViT study with two checkpoints; ``fields[name] = {setting: value}`` sets a ViTPoint
     field at both checkpoints (plus a per-seed wiggle); unspecified fields are 0.5."""
     def point(s, i):
@@ -28,6 +28,7 @@ def vit_study(n_seeds=5, plateau=True, **fields):
 
     runs = [SimpleNamespace(setting=s, seed=i, laplacian_heads=COUNTS[s],
                             plateau=plateau if not callable(plateau) else plateau(s, i),
+                            curve=curve,
                             points=(point(s, i), point(s, i)))
             for s in SETTINGS for i in range(n_seeds)]
     vit = SimpleNamespace(dim=32, depth=2, heads=4, n_train=100, seeds=tuple(range(n_seeds)),
@@ -81,7 +82,8 @@ def test_l7_words():
 def test_l8_words():
     v = dec.decide_l8(vit_study(pr={"0": 10.0, "all": 8.0}))
     assert v.word == "reproduced" and v.numbers["change"][0] == pytest.approx(-0.2, rel=0.05)
-    assert "cannot resolve a 21% change" in v.evidence
+    assert "k99 relative change" in v.evidence and "cannot resolve" not in v.evidence
+    assert len(v.numbers["k99_change"]) == 3
     assert dec.decide_l8(vit_study(pr={"0": 10.0, "all": 12.0})).word == "not reproduced"
     assert dec.decide_l8(vit_study(pr={"0": 10.0, "all": 8.0}, plateau=False)
                          ).word == "inconclusive"
@@ -142,3 +144,11 @@ def test_the_outlook_sentence_appears_at_the_rules_seed_count_only():
     assert "Over the checkpoints" not in dec.decide_l6(vit_study(n_seeds=3, test_acc=rising)
                                                        ).evidence
     assert "matched CDNV" in dec.decide_l9(gpt_study()).evidence
+
+
+def test_l6_says_when_the_runs_are_read_past_their_validation_optimum():
+    at_end = dec.decide_l6(vit_study())
+    assert "lowest at its last epoch" in at_end.evidence
+    past = dec.decide_l6(vit_study(curve=(1.2, 0.9, 0.95, 0.96)))
+    assert f"{len(past_runs := vit_study().runs)} of {len(past_runs)} runs had their least " \
+        "validation loss before the last epoch (at epochs 2-2)" in past.evidence

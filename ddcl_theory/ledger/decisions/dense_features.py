@@ -90,7 +90,10 @@ def decide_l10(sweep) -> Verdict:
     fell = sorted({f"{r.setting}/{r.seed}" for r in sweep.runs if collapsed(r, sweep.log_k)})
     trained = np.array([r.scores[-1].miou for r in sweep.runs])
     untrained = np.array([r.scores[0].miou for r in sweep.runs])
-    above_floor = bool(np.mean(trained) > max(np.mean(untrained), sweep.raw.miou))
+    # the floor: every run's own untrained probe (paired) and the raw patches; a mean above
+    # it by rounding is not above it (the probe can sit at the all-background labelling)
+    floor = stats.paired_t(trained, untrained)
+    above_floor = bool(floor.low > 0 and np.mean(trained) > sweep.raw.miou)
     if n < MIN_SEEDS or unfinished or fell or not above_floor:
         word = "inconclusive"
     else:                    # the registry's rule: its tests in order (image probe, then mIoU)
@@ -104,7 +107,10 @@ def decide_l10(sweep) -> Verdict:
     if fell:
         reasons.append(f"collapsed runs: {', '.join(fell)}")
     if not above_floor:
-        reasons.append("the trained features do not beat the untrained ViT or raw patches")
+        reasons.append(f"the trained features do not beat the floor (trained - untrained "
+                       f"probe mIoU, paired over the runs, {floor.estimate:+.4f} "
+                       f"[{floor.low:+.4f}, {floor.high:+.4f}]; raw patches "
+                       f"{sweep.raw.miou:.3f}): the statistic cannot move at this scale")
     not_met = NOT_MET.format(dim=st.dim, depth=st.depth, heads=st.heads, steps=st.steps[-1],
                              n_train=st.n_train)
     evidence = (f"Dense proxy ({sweep.source} backgrounds), {n} paired seeds, {st.steps[-1]} "
@@ -122,6 +128,7 @@ def decide_l10(sweep) -> Verdict:
                    numbers={"difference": float(diff.mean()), "detectable": mde,
                             "image_acc_interval": [acc_low, acc_high],
                             "unfinished": len(unfinished), "collapsed": len(fell),
-                            "above_floor": above_floor},
+                            "above_floor": above_floor,
+                            "floor_interval": [floor.low, floor.high]},
                    rule=rule_of("L10").text, n_seeds=n, interval=(low, high), scale=f"{st.steps[-1]} steps",
                    trend=trend, tolerance=TRAINING)
