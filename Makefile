@@ -36,7 +36,8 @@ book-strict: setup
 test: data
 	$(VENV)/python -m pytest tests notebooks $(NBVAL) -m "not browser" $(PARALLEL)
 
-## The unit and property tests alone; MARKS selects (CI: "not browser and not slow").
+## The unit and property tests alone; MARKS selects (CI: "not browser and not slow and not
+## symbolic").
 MARKS ?= not browser
 unit: setup
 	$(VENV)/python -m pytest tests -m "$(MARKS)" $(PARALLEL)

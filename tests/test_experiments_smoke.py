@@ -24,7 +24,7 @@ BUDGET_FIELDS = {"epochs", "steps", "seeds", "repeats", "warmup", "n_temperature
                  "imdb_test", "ng_train", "ng_test", "cluster_steps", "cluster_tokens",
                  "kmeans_restarts", "text", "sweep_seeds", "sweep_epochs", "debris_train",
                  "debris_test", "cost_lengths", "trend_objects", "min_epochs", "max_epochs",
-                 "cluster_seeds"}
+                 "cluster_seeds", "n_val", "ema_decays", "ema_thresholds"}
 
 
 SIZE_ZERO_MEANS_ALL = {"sst2_train", "imdb_train", "imdb_test", "ng_train", "ng_test"}

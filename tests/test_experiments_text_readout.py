@@ -235,6 +235,12 @@ def test_reference_profile_uses_the_rule_seeds_and_the_encoder_length(monkeypatc
     ref = T.TextReadoutSettings.from_profile()
     assert ref.seeds == 10 and ref.imdb_max_length == ref.ng_max_length == 256
     assert ref.readout == T.DDCL_READOUT
+    # the settings its committed results were computed with (the cpu profile is smaller)
+    assert (ref.sst2_train, ref.ng_train, ref.cluster_steps, ref.cluster_tokens) == (
+        1000, 600, 40, 5000)
+    monkeypatch.setenv(profile.PROFILE_ENV, "cpu")
+    cpu = T.TextReadoutSettings.from_profile()
+    assert (cpu.sst2_train, cpu.cluster_steps, cpu.cluster_tokens) == (1000, 20, 2500)
 
 
 def test_paper_profile_scales_the_settings(monkeypatch):

@@ -623,11 +623,17 @@ def test_flop_counts_are_affine_in_length_and_count_slot_iterations():
 def test_study_settings_come_from_the_profile_and_smoke_shrinks_only_budgets(monkeypatch):
     monkeypatch.setenv(profile.PROFILE_ENV, "cpu")
     cpu = pr.StudySettings.from_profile()
+    monkeypatch.setenv(profile.PROFILE_ENV, "reference")
+    ref = pr.StudySettings.from_profile()
     monkeypatch.setenv(profile.PROFILE_ENV, "paper")
     paper = pr.StudySettings.from_profile()
     monkeypatch.setenv(profile.SMOKE_ENV, "1")
     smoke = pr.StudySettings.from_profile()
-    assert cpu.sst2_train == 1000 and cpu.seeds == (0, 1, 2) and cpu.epochs == 8
+    assert cpu.sst2_train == 1000 and cpu.seeds == (0, 1, 2) and cpu.epochs == 5
+    assert cpu.measure_sequences == 128 and cpu.sweep_epochs == 8
+    # the reference profile: the settings its committed results were computed with
+    assert (ref.epochs, ref.measure_sequences, ref.sweep_epochs, ref.seeds) == (
+        20, 256, 8, (0, 1, 2, 3, 4))
     assert paper.epochs > cpu.epochs and len(paper.seeds) > len(cpu.seeds)
     assert smoke.text_dim == paper.text_dim and smoke.ng_max_length == paper.ng_max_length
     assert smoke.epochs < paper.epochs and set(smoke.cost_lengths) < set(paper.cost_lengths)

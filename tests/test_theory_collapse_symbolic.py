@@ -6,6 +6,8 @@ import pytest
 from ddcl_theory.theory import collapse_symbolic as cs
 from ddcl_theory.theory.symbolic import SymbolicCheck
 
+pytestmark = pytest.mark.symbolic
+
 
 def test_token_curvature_holds_for_symbolic_k():
     check = cs.token_curvature_any_k()

@@ -6,6 +6,8 @@ import sympy as sp
 
 from ddcl_theory.theory.symbolic import SymbolicCheck, compare, identity, is_zero
 
+pytestmark = pytest.mark.symbolic
+
 X = sp.Symbol("x", real=True)
 
 

@@ -1,9 +1,12 @@
 """Two time scales (D8, D9) on scalar blocks: ddcl_theory.theory.timescales_symbolic (SymPy)."""
 from __future__ import annotations
 
+import pytest
 import sympy as sp
 
 from ddcl_theory.theory import timescales_symbolic as tss
+
+pytestmark = pytest.mark.symbolic
 
 
 def test_slow_eigenvalue_series_first_order_is_schur_and_error_is_eps_squared_symbolic():

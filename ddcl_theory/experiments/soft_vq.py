@@ -122,7 +122,7 @@ class SoftVQSettings:
         return cls(n_train=p.pick(cpu=(160, 320, 640), reference=(640, 1280, 2560),
                                   paper=(250, 1500, 9000), smoke=(250,)),
                    n_test=p.pick(cpu=500, reference=1000, paper=1000, smoke=128),
-                   n_val=p.pick(cpu=500, reference=1000, paper=1000),
+                   n_val=p.pick(cpu=500, reference=1000, paper=1000, smoke=128),
                    downsample=p.pick(cpu=2, paper=1), hidden=p.pick(cpu=32, paper=128),
                    latent_dim=p.pick(cpu=16, paper=64), num_codes=64,
                    epochs=p.pick(cpu=4, reference=6, paper=50, smoke=1),
@@ -131,7 +131,10 @@ class SoftVQSettings:
                    relative_temperatures=p.pick(cpu=(0.01, 0.03, 0.1, 0.3, 1.0, 3.0),
                                                 paper=(0.01, 0.03, 0.1, 0.3, 1.0, 3.0),
                                                 smoke=(0.1,)),
-                   ema_decays=(0.8, 0.9, 0.99), ema_thresholds=(1.0, 2.0),
+                   # smoke: one VectorQuantize setting (the selection code still runs)
+                   ema_decays=p.pick(cpu=(0.8, 0.9, 0.99), paper=(0.8, 0.9, 0.99),
+                                     smoke=(0.9,)),
+                   ema_thresholds=p.pick(cpu=(1.0, 2.0), paper=(1.0, 2.0), smoke=(2.0,)),
                    seeds=p.pick(cpu=(0, 1, 2), reference=(0, 1, 2, 3, 4),
                                 paper=(0, 1, 2, 3, 4), smoke=(0,)),
                    threads=p.pick(cpu=1, paper=None))
