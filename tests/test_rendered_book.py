@@ -11,6 +11,7 @@ also save screenshots of the ledger there, for a person to look at.
 from __future__ import annotations
 
 import contextlib
+import functools
 import html
 import json
 import os
@@ -97,21 +98,36 @@ def with_script(page: Path, script: str):
 
 
 @contextlib.contextmanager
-def in_frame(page: Path, width: int, height: int, fragment: str = ""):
-    """A page holding ``page`` in an iframe of exactly ``width`` x ``height`` CSS px.
+def in_frames(page: Path, sizes: list[tuple[int, int]], fragment: str = ""):
+    """A page holding ``page`` in one iframe per ``(width, height)`` of ``sizes`` (CSS px),
+    stacked, so that one browser launch measures several viewports.
 
     Headless Chromium will not make its window narrower than 500 px, so a phone-sized viewport
-    is an iframe; media queries inside it see its width. What the framed page posts with
-    ``parent.postMessage`` is written into this page's DOM as ``<div id="ddcl-measure">``.
+    is an iframe; media queries inside it see its width. What frame ``i`` posts with
+    ``parent.postMessage`` is written into this page's DOM as ``<div id="ddcl-measure-i">``.
     """
+    src = f"{page.name}{'#' + fragment if fragment else ''}"
+    frames = "\n".join(f'<iframe src="{src}" width="{w}" height="{h}"></iframe>'
+                        for w, h in sizes)
     wrapper = f"""<!DOCTYPE html><html><head><meta charset="utf-8"><style>
 body {{ margin: 0; }} iframe {{ border: 0; display: block; }}</style></head><body>
-<iframe src="{page.name}{'#' + fragment if fragment else ''}" width="{width}" height="{height}"></iframe>
+{frames}
 <script>window.addEventListener("message", function (e) {{
-  var div = document.createElement("div"); div.id = "ddcl-measure";
-  div.textContent = String(e.data); document.body.appendChild(div); }});</script>
+  var frames = document.querySelectorAll("iframe");
+  for (var i = 0; i < frames.length; i++) {{
+    if (frames[i].contentWindow !== e.source) continue;
+    var div = document.createElement("div"); div.id = "ddcl-measure-" + i;
+    div.textContent = String(e.data); document.body.appendChild(div);
+  }} }});</script>
 </body></html>"""
     with _temporary_page(page.parent, wrapper) as framed:
+        yield framed
+
+
+@contextlib.contextmanager
+def in_frame(page: Path, width: int, height: int, fragment: str = ""):
+    """:func:`in_frames` with one iframe of exactly ``width`` x ``height`` CSS px."""
+    with in_frames(page, [(width, height)], fragment) as framed:
         yield framed
 
 
@@ -174,6 +190,24 @@ function () {
 """
 
 
+def _measure_many(page: Path, windows: list[tuple[int, int]], run: str) -> list[dict]:
+    """What the JavaScript function ``run`` returns on ``page`` in each viewport of
+    ``windows`` (iframes of exactly those sizes, stacked), from one browser launch."""
+    chrome_window = (max(max(w for w, _ in windows), 500), sum(h for _, h in windows))
+    with with_script(page, in_page(run)) as probe:
+        with in_frames(probe, windows) as framed:
+            dom = render(framed, window=chrome_window)
+    results = []
+    for i in range(len(windows)):
+        found = re.search(rf'<div id="ddcl-measure-{i}"[^>]*>(.*?)</div>', dom, flags=re.S)
+        assert found, (f"{page.name}: the measuring script did not report in frame {i} "
+                       "(page scripts failed?)")
+        out = json.loads(html.unescape(found.group(1)))
+        assert "error" not in out, out.get("error")
+        results.append(out)
+    return results
+
+
 def _measure(page: Path, window: tuple[int, int], run: str, shot: str = "",
              fragment: str = "") -> dict:
     """What the JavaScript function ``run`` returns on ``page`` in a viewport of ``window`` px
@@ -189,7 +223,7 @@ def _measure(page: Path, window: tuple[int, int], run: str, shot: str = "",
             path.parent.mkdir(parents=True, exist_ok=True)
             with in_frame(probe, width, 3 * height, fragment=fragment) as framed:
                 _chromium(framed, f"--screenshot={path}", window=(chrome_window[0], 3 * height))
-    found = re.search(r'<div id="ddcl-measure"[^>]*>(.*?)</div>', dom, flags=re.S)
+    found = re.search(r'<div id="ddcl-measure-0"[^>]*>(.*?)</div>', dom, flags=re.S)
     assert found, f"{page.name}: the measuring script did not report (page scripts failed?)"
     out = json.loads(html.unescape(found.group(1)))
     assert "error" not in out, out.get("error")
@@ -258,6 +292,15 @@ def measure_blocks(page: Path, window: tuple[int, int]) -> dict:
     return _measure(page, window, BLOCKS_JS, shot=f"blocks-{page.stem}-{window[0]}px.png")
 
 
+@functools.lru_cache(maxsize=None)
+def blocks_in_every_window(page: Path) -> dict[str, dict]:
+    """:func:`measure_blocks` of ``page`` in each window of :data:`WINDOWS` (by name), from one
+    browser launch: the desktop and phone tests of a page share it."""
+    if SCREENSHOTS:
+        return {name: measure_blocks(page, size) for name, size in WINDOWS.items()}
+    return dict(zip(WINDOWS, _measure_many(page, list(WINDOWS.values()), BLOCKS_JS)))
+
+
 def _toc_pages() -> list[str]:
     """Every page of the book (``book/intro.html``, ``notebooks/ledger.html``, ...) by the TOC."""
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
@@ -283,7 +326,7 @@ def test_code_and_output_blocks_fit_the_column_at_desktop_width(html_dir, page):
     path = html_dir / page
     _need(path.is_file(), f"{page} was not built")
     width, height = WINDOWS["desktop"]
-    m = measure_blocks(path, (width, height))
+    m = blocks_in_every_window(path)["desktop"]
     assert m["innerWidth"] == width, f"the browser window is {m['innerWidth']} px, not {width}"
     assert m["controlBlock"] > 100, f"the measure missed a too wide code block: {m['controlBlock']}"
     too_wide = _too_wide(m["blocks"])
@@ -300,7 +343,7 @@ def test_no_page_scrolls_sideways_on_a_phone(html_dir, page):
     path = html_dir / page
     _need(path.is_file(), f"{page} was not built")
     width, height = WINDOWS["phone"]
-    m = measure_blocks(path, (width, height))
+    m = blocks_in_every_window(path)["phone"]
     assert m["innerWidth"] == width, f"the browser window is {m['innerWidth']} px, not {width}"
     assert m["controlPage"] > 100, f"the measure missed a too wide page: {m['controlPage']}"
     assert m["pageOverflow"] <= 0, (
