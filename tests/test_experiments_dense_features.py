@@ -101,3 +101,14 @@ def test_plateau_rule_and_settings_validation():
     with pytest.raises(ValueError, match="setting"):
         tiny(head_settings=("0", "most"))
     assert exp.DenseSettings.from_profile().steps[-1] > 0
+
+
+def test_profiles_cpu_three_seeds_reference_the_rules_five(monkeypatch):
+    from ddcl_theory.runtime import profile
+    monkeypatch.setenv(profile.PROFILE_ENV, "cpu")
+    cpu = exp.DenseSettings.from_profile()
+    monkeypatch.setenv(profile.PROFILE_ENV, "reference")
+    ref = exp.DenseSettings.from_profile()
+    assert cpu.seeds == (0, 1, 2) and cpu.n_train == 384
+    # the settings the committed reference results were computed with
+    assert ref.seeds == (0, 1, 2, 3, 4) and ref.n_train == 1024 and ref.probe_steps == 200

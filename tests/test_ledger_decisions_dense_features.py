@@ -60,6 +60,15 @@ def test_gates_make_it_inconclusive():
     hair = dec.decide_l10(sweep(0.02, untrained=0.326))
     assert hair.numbers["floor_interval"][0] < 0 < hair.numbers["floor_interval"][1]
     assert hair.word == "inconclusive" and "cannot move" in hair.evidence
+    # above the floor with an interval that excludes 0, but by less than the smallest effect the
+    # Laplacian - standard comparison detects: the probe cannot show the effect either
+    thin = sweep(0.02)
+    for r in thin.runs:
+        r.scores = (NS(miou=r.scores[-1].miou - 0.001, image_acc=0.1),) + r.scores[1:]
+    v = dec.decide_l10(thin)
+    assert v.numbers["floor_interval"][0] > 0 and v.numbers["detectable"] > 0.001
+    assert v.word == "inconclusive" and "detectable margin" in v.evidence
+    assert dec.decide_l10(sweep(0.02)).numbers["above_floor"] is True     # the control
 
 
 def test_collapse_checks():

@@ -173,6 +173,6 @@ def test_parts_beside_the_rule():
 
 def test_a_gap_widens_or_narrows_only_when_its_intervals_part():
     from ddcl_theory.ledger.decisions.peer_readouts import _direction
-    assert _direction([-0.320, -0.39, -0.25], [-0.322, -0.39, -0.25]).startswith("holds")
+    assert _direction([-0.320, -0.39, -0.25], [-0.322, -0.39, -0.25]) == "holds"
     assert _direction([0.05, 0.0, 0.1], [0.3, 0.25, 0.35]) == "widens"
     assert _direction([0.3, 0.25, 0.35], [0.05, 0.0, 0.1]) == "narrows"

@@ -27,6 +27,11 @@ def test_zero_sum_hessians_with_symbolic_tokens(k):
     assert check.holds, check.residual
 
 
+def test_zero_sum_hessians_with_the_free_energy_multiplier_for_lq_fails():
+    """Negative control: L_q's zero-sum form is not F's (I - 2C/tau must not hold for L_q)."""
+    assert not cs.zero_sum_hessians((2,), quantisation_m=2).holds
+
+
 def test_zero_sum_hessians_bad_k():
     with pytest.raises(ValueError, match="ks"):
         cs.zero_sum_hessians((1,))

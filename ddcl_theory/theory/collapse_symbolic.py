@@ -56,11 +56,17 @@ def token_curvature_any_k(quantisation_factor: int = 8) -> SymbolicCheck:
 
 
 def zero_sum_hessians(ks: tuple[int, ...] = (2, 3, 4), n_tokens: int = 3,
-                      dim: int = 2) -> SymbolicCheck:
+                      dim: int = 2, quantisation_m: int = 4) -> SymbolicCheck:
     """Zero-sum quadratic forms at collapse of F and L_q against (2N/K) sum_k u_k^T (I - mC/tau)
-    u_k, m = 2 (F) and 4 (L_q), for symbolic tokens (N, d) and symbolic zero-sum U (K, d).
+    u_k, m = 2 (F) and ``quantisation_m`` (L_q; 4 is the truth, another value gives a check that
+    fails), for symbolic tokens (N, d) and symbolic zero-sum U (K, d).
 
-    The gradient at collapse is checked to vanish too. Residual: one Tuple entry per K and
+    The gradient at collapse is checked to vanish too. Each token's derivatives in t are taken
+    on the full functions and then set at t = 0, where its K Gibbs weights are one and the same
+    exp(-||z_n - zbar||^2 / tau): that exponential becomes a positive symbol E_n (its powers,
+    powers of E_n), so every
+    residual is a rational function that :func:`sympy.cancel` brings to 0 exactly (far faster
+    than :func:`sympy.simplify` on the exponentials). Residual: one Tuple entry per K and
     quantity (gradient of F, gradient of L_q, form of F, form of L_q).
     """
     if any(isinstance(k, bool) or not isinstance(k, int) or k < 2 for k in ks):
@@ -71,6 +77,7 @@ def zero_sum_hessians(ks: tuple[int, ...] = (2, 3, 4), n_tokens: int = 3,
     zbar = sp.Matrix([[sum(z[:, i]) / n_tokens for i in range(dim)]])
     x = z - sp.ones(n_tokens, 1) * zbar
     cov = x.T * x / n_tokens
+    weight_at_collapse = [sp.Symbol(f"E{n}", positive=True) for n in range(n_tokens)]
     residuals, details = [], {}
     for k in ks:
         free_rows = sp.Matrix(k - 1, dim, lambda j, i: sp.Symbol(f"u{j}{i}", real=True))
@@ -79,20 +86,38 @@ def zero_sum_hessians(ks: tuple[int, ...] = (2, 3, 4), n_tokens: int = 3,
         dist = [[sum((z[n, i] - p[j, i]) ** 2 for i in range(dim)) for j in range(k)]
                 for n in range(n_tokens)]
         weights = [[sp.exp(-dist[n][j] / tau) for j in range(k)] for n in range(n_tokens)]
-        free = -tau * sum(sp.log(sum(w)) for w in weights)
-        quant = sum(sum(w[j] * dist[n][j] for j in range(k)) / sum(w)
-                    for n, w in enumerate(weights))
+        token_terms = {
+            "free_energy": [-tau * sp.log(sum(w)) for w in weights],
+            "quantisation": [sum(w[j] * dist[n][j] for j in range(k)) / sum(w)
+                             for n, w in enumerate(weights)]}
+
+        def as_weight_power(e: sp.Expr, n: int) -> sp.Expr:
+            """exp(c * a_n) -> E_n**c, a_n = -||z_n - zbar||^2 / tau (SymPy writes a product
+            of exponentials as one, so c is any rational); anything else is an error."""
+            c = sp.cancel(e.args[0] / (-dist[n][0].subs(t, 0) / tau))
+            if not c.is_Rational:
+                raise ValueError(f"unexpected exponential at collapse: {e}")
+            return weight_at_collapse[n] ** c
+
+        def at_collapse(terms: list[sp.Expr], order: int) -> sp.Expr:
+            """sum_n d^order/dt^order of token n's term at t = 0, exp(c a_n) -> E_n**c."""
+            return sum(sp.diff(term, t, order).subs(t, 0).replace(
+                lambda e: isinstance(e, sp.exp), lambda e, n=n: as_weight_power(e, n))
+                for n, term in enumerate(terms))
+
         form = {m: sum(((u[j, :] * (sp.eye(dim) - m * cov / tau)) * u[j, :].T)[0]
-                       for j in range(k)) * 2 * n_tokens / k for m in (2, 4)}
-        got = {name: sp.diff(f, t, 2).subs(t, 0) for name, f in
-               (("free_energy", free), ("quantisation", quant))}
-        slope = {name: sp.diff(f, t).subs(t, 0) for name, f in
-                 (("free_energy", free), ("quantisation", quant))}
-        residuals += [sp.simplify(slope["free_energy"]), sp.simplify(slope["quantisation"]),
-                      sp.simplify(got["free_energy"] - form[2]),
-                      sp.simplify(got["quantisation"] - form[4])]
+                       for j in range(k)) * 2 * n_tokens / k for m in (2, quantisation_m)}
+        got = {name: at_collapse(terms, 2) for name, terms in token_terms.items()}
+        slope = {name: at_collapse(terms, 1) for name, terms in token_terms.items()}
+
+        def exact(expr: sp.Expr) -> sp.Expr:
+            return sp.cancel(sp.expand(expr))
+
+        residuals += [exact(slope["free_energy"]), exact(slope["quantisation"]),
+                      exact(got["free_energy"] - form[2]),
+                      exact(got["quantisation"] - form[quantisation_m])]
         details[f"K={k}"] = (got["free_energy"], got["quantisation"])
     return identity(
         f"zero-sum Hessian at collapse, K in {list(ks)}, N = {n_tokens}, d = {dim}: "
-        "F -> (2N/K)(I - 2C/tau), L_q (q differentiated) -> (2N/K)(I - 4C/tau)",
+        f"F -> (2N/K)(I - 2C/tau), L_q (q differentiated) -> (2N/K)(I - {quantisation_m}C/tau)",
         sp.Tuple(*residuals), **details)

@@ -119,7 +119,7 @@ def _direction(first: Sequence[float], last: Sequence[float]) -> str:
     """How a gap moved from the first scale to the last, on [estimate, low, high]: it widens
     (narrows) only when the two intervals do not overlap."""
     if first[1] <= last[2] and last[1] <= first[2]:
-        return "holds (the intervals overlap)"
+        return "holds"
     return "widens" if abs(last[0]) > abs(first[0]) else "narrows"
 
 
@@ -248,7 +248,8 @@ def decide_d17(result: Any, rows: Sequence[Any], titles: Mapping[str, str]) -> V
         f"(smallest detectable {mde['slot']:.3f}), DDCL - Perceiver "
         f"{_interval_text(rank_ivs[1])} (smallest detectable {mde['perceiver']:.3f}); 95% "
         f"paired t. Over the epochs {', '.join(map(str, s.scales()))} the gap to Slot Attention "
-        f"{_direction(first, last)} ({first[0]:+.3f} to {last[0]:+.3f}). The registered rule "
+        f"{_direction(first, last)} ({first[0]:+.3f} to {last[0]:+.3f}; it widens or narrows "
+        f"only when the first and last intervals part). The registered rule "
         f"decided on the normalised usage perplexity of the tokens' first choices: DDCL "
         f"{ours.mean():.3f}, Slot Attention {peers['slot'].mean():.3f}, Perceiver "
         f"{peers['perceiver'].mean():.3f}; DDCL - Slot Attention {_interval_text(usage_ivs[0])}, "
