@@ -213,20 +213,14 @@ def _measure(page: Path, window: tuple[int, int], run: str, shot: str = "",
     """What the JavaScript function ``run`` returns on ``page`` in a viewport of ``window`` px
     (an iframe of exactly that size); with ``DDCL_SCREENSHOT_DIR`` set and ``shot`` given, also
     a screenshot (three windows tall) named ``shot``."""
-    width, height = window
-    chrome_window = (max(width, 500), height)
-    with with_script(page, in_page(run)) as probe:
-        with in_frame(probe, width, height) as framed:
-            dom = render(framed, window=chrome_window)
-        if SCREENSHOTS and shot:
-            path = Path(SCREENSHOTS) / shot
-            path.parent.mkdir(parents=True, exist_ok=True)
+    out = _measure_many(page, [window], run)[0]
+    if SCREENSHOTS and shot:
+        width, height = window
+        path = Path(SCREENSHOTS) / shot
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with with_script(page, in_page(run)) as probe:
             with in_frame(probe, width, 3 * height, fragment=fragment) as framed:
-                _chromium(framed, f"--screenshot={path}", window=(chrome_window[0], 3 * height))
-    found = re.search(r'<div id="ddcl-measure-0"[^>]*>(.*?)</div>', dom, flags=re.S)
-    assert found, f"{page.name}: the measuring script did not report (page scripts failed?)"
-    out = json.loads(html.unescape(found.group(1)))
-    assert "error" not in out, out.get("error")
+                _chromium(framed, f"--screenshot={path}", window=(max(width, 500), 3 * height))
     return out
 
 

@@ -64,10 +64,9 @@ def zero_sum_hessians(ks: tuple[int, ...] = (2, 3, 4), n_tokens: int = 3,
     The gradient at collapse is checked to vanish too. Each token's derivatives in t are taken
     on the full functions and then set at t = 0, where its K Gibbs weights are one and the same
     exp(-||z_n - zbar||^2 / tau): that exponential becomes a positive symbol E_n (its powers,
-    powers of E_n), so every
-    residual is a rational function that :func:`sympy.cancel` brings to 0 exactly (far faster
-    than :func:`sympy.simplify` on the exponentials). Residual: one Tuple entry per K and
-    quantity (gradient of F, gradient of L_q, form of F, form of L_q).
+    powers of E_n), so every residual is a rational function that :func:`sympy.cancel` brings
+    to 0 exactly (far faster than :func:`sympy.simplify` on the exponentials). Residual: one
+    Tuple entry per K and quantity (gradient of F, gradient of L_q, form of F, form of L_q).
     """
     if any(isinstance(k, bool) or not isinstance(k, int) or k < 2 for k in ks):
         raise ValueError(f"ks: expected ints >= 2, got {ks!r}")
