@@ -4,6 +4,10 @@ NBVAL := -p ddcl_theory.ledger.nbval_numeric --nbval --nbval-sanitize-with tests
 ## pytest-xdist workers of `make test` and `make unit`: one per logical CPU, at most 8 (JOBS=0:
 ## one process, no xdist). Whole files per worker, in the order of collection (see `test`).
 JOBS ?= logical
+## Python writes the bytecode of each module at its first import (uv installs without compiling
+## it, scripts/setup.sh): a shell that sets PYTHONDONTWRITEBYTECODE would otherwise recompile
+## torch's modules in every process the tests and the book start.
+unexport PYTHONDONTWRITEBYTECODE
 PARALLEL := -n $(JOBS) --maxprocesses 8 --dist loadfile --no-loadscope-reorder --durations=25
 
 .PHONY: setup data book book-strict test unit goldens paper reference smoke check-goldens check-render check-results check-reference clean
@@ -36,8 +40,8 @@ book-strict: setup
 test: data
 	$(VENV)/python -m pytest tests notebooks $(NBVAL) -m "not browser" $(PARALLEL)
 
-## The unit and property tests alone; MARKS selects (CI: "not browser and not slow and not
-## symbolic").
+## The unit and property tests alone; MARKS selects (CI, under emulated kernels, in one process:
+## "kernels and not browser and not slow and not symbolic").
 MARKS ?= not browser
 unit: setup
 	$(VENV)/python -m pytest tests -m "$(MARKS)" $(PARALLEL)

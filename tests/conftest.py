@@ -9,6 +9,20 @@ import torch
 from ddcl_theory.runtime import profile
 
 
+#: Test files whose assertions hold numbers computed by torch's floating-point kernels (the
+#: layers, the theory's numerical checks, metrics, models) to a tolerance: the ``kernels``
+#: marker, which CI reruns on an emulated other machine. The rest test words, files, orchestration
+#: (a resumed run against its uninterrupted twin, on the same kernels) or exact SymPy algebra.
+KERNEL_TEST_FILES = ("test_layers_", "test_functional", "test_models", "test_theory_",
+                     "test_metrics_")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name.startswith(KERNEL_TEST_FILES):
+            item.add_marker(pytest.mark.kernels)
+
+
 def pytest_configure(config):
     name = os.environ.get(profile.PROFILE_ENV, profile.DEFAULT_PROFILE)
     if name.strip().lower() not in ("", "cpu"):
