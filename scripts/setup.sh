@@ -42,6 +42,10 @@ if [ ! -f "$stamp" ]; then
   # dependencies again: pyproject.toml declares ranges for library users, not the book's pins.
   if [ "${DDCL_SETUP_PIP:-0}" != 1 ] && install_with_uv; then
     echo "setup: installed with uv $UV_VERSION"
+    # The bytecode of what the tests and the chapters import, written once here rather than
+    # compiled side by side by the first processes of a test run.
+    env -u PYTHONDONTWRITEBYTECODE .venv/bin/python scripts/import_all.py ||
+      echo "setup: an import failed (the tests will say which); bytecode is left to first imports"
   else
     echo "setup: installing with pip"
     .venv/bin/pip install -q -r requirements.txt -c constraints.txt

@@ -20,7 +20,7 @@ def test_token_curvature_with_the_free_energy_factor_for_lq_fails():
     assert not cs.token_curvature_any_k(quantisation_factor=4).holds
 
 
-@pytest.mark.parametrize("k", [2, 3, 4])
+@pytest.mark.parametrize("k", [2, 4])       # K = 2 and 3: the free_energy chapter's golden
 def test_zero_sum_hessians_with_symbolic_tokens(k):
     check = cs.zero_sum_hessians((k,))
     assert isinstance(check, SymbolicCheck)
