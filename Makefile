@@ -38,9 +38,13 @@ book-strict: setup
 ## once, the unit tests fill the gaps and the ledger, which reads the chapters' verdicts, comes
 ## last (ddcl_theory/ledger/nbval_numeric.py). The 25 slowest tests are listed at the end.
 ## The browser check needs a built book (make check-render); the paper profile's smoke run has
-## its own target (make test-smoke); CI runs both.
+## its own target (make test-smoke); CI runs both. The chapters write their verdicts into
+## _build/test-results (or $DDCL_RESULTS_DIR), not into the committed results/: compare them
+## with `make check-results RESULTS=_build/test-results`.
 test: data
-	$(VENV)/python -m pytest tests notebooks $(NBVAL) -m "not browser and not paper_smoke" $(PARALLEL)
+	@[ -n "$$DDCL_RESULTS_DIR" ] || rm -rf _build/test-results
+	DDCL_RESULTS_DIR=$${DDCL_RESULTS_DIR:-$(CURDIR)/_build/test-results} \
+	  $(VENV)/python -m pytest tests notebooks $(NBVAL) -m "not browser and not paper_smoke" $(PARALLEL)
 
 ## The paper profile's smoke run as a test (tests/test_experiments_smoke.py, two minutes on one
 ## core): not part of `make test`, which tests the cpu book; CI runs it beside the book build.
