@@ -40,6 +40,9 @@ from ddcl_theory.runtime.rundir import RunDir
 __all__ = ["SETTINGS", "ReadoutSettings", "ReadoutRun", "ReadoutSweep", "run", "train_one"]
 
 SETTINGS = ("0", "all")
+#: training and test images of each smoke-test model: four paper-size ViTs (two settings, two
+#: seeds, the pairing needs two) on the ViT sweep's 128 took a quarter of the smoke run
+SMOKE_IMAGES = 32
 
 
 @dataclass(frozen=True)
@@ -58,12 +61,17 @@ class ReadoutSettings:
         """The ViT sweep's settings with longer training (10 epochs in the cpu and reference
         profiles), two head settings (none or all Laplacian) and paired seeds: 3 in the cpu
         profile (a regression run, fewer than the X2 rule's 5), 5 in the reference and paper
-        profiles."""
+        profiles. The paper smoke test runs its four models on :data:`SMOKE_IMAGES` images."""
         p = profile.current()
-        vit = dataclasses.replace(lv.ViTSettings.from_profile(),
+        base = lv.ViTSettings.from_profile()
+        vit = dataclasses.replace(base,
                                   epochs=p.pick(cpu=10, paper=60, smoke=1),
                                   seeds=p.pick(cpu=(0, 1, 2), reference=(0, 1, 2, 3, 4),
                                                paper=(0, 1, 2, 3, 4), smoke=(0, 1)),
+                                  n_train=p.pick(cpu=base.n_train, paper=base.n_train,
+                                                 smoke=SMOKE_IMAGES),
+                                  n_test=p.pick(cpu=base.n_test, paper=base.n_test,
+                                                smoke=SMOKE_IMAGES),
                                   head_settings=SETTINGS)
         return cls(vit=vit)
 
