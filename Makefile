@@ -10,7 +10,7 @@ JOBS ?= logical
 unexport PYTHONDONTWRITEBYTECODE
 PARALLEL := -n $(JOBS) --maxprocesses 8 --dist loadfile --no-loadscope-reorder --durations=25
 
-.PHONY: setup data book book-strict test test-smoke unit goldens paper reference smoke check-goldens check-render check-results check-reference clean
+.PHONY: setup data book book-strict test test-slow unit goldens paper reference smoke check-goldens check-render check-results check-reference clean
 
 setup:
 	@bash scripts/setup.sh
@@ -37,23 +37,24 @@ book-strict: setup
 ## golden runs whole on one xdist worker (its cells in order, one kernel), several goldens at
 ## once, the unit tests fill the gaps and the ledger, which reads the chapters' verdicts, comes
 ## last (ddcl_theory/ledger/nbval_numeric.py). The 25 slowest tests are listed at the end.
-## The browser check needs a built book (make check-render); the paper profile's smoke run has
-## its own target (make test-smoke); CI runs both. The chapters write their verdicts into
+## The integration tests marked slow (a wheel installed in a fresh venv, offline book builds,
+## killed and resumed runs, two DDP ranks, inductor's C++, the paper profile's smoke run) are
+## `make test-slow`, and the browser check of a built book is `make check-render`: CI runs both.
+## The chapters write their verdicts into
 ## _build/test-results (or $DDCL_RESULTS_DIR), not into the committed results/: compare them
 ## with `make check-results RESULTS=_build/test-results`.
 test: data
 	@[ -n "$$DDCL_RESULTS_DIR" ] || rm -rf _build/test-results
 	DDCL_RESULTS_DIR=$${DDCL_RESULTS_DIR:-$(CURDIR)/_build/test-results} \
-	  $(VENV)/python -m pytest tests notebooks $(NBVAL) -m "not browser and not paper_smoke" $(PARALLEL)
+	  $(VENV)/python -m pytest tests notebooks $(NBVAL) -m "not browser and not slow" $(PARALLEL)
 
-## The paper profile's smoke run as a test (tests/test_experiments_smoke.py, two minutes on one
-## core): not part of `make test`, which tests the cpu book; CI runs it beside the book build.
-test-smoke: data
-	$(VENV)/python -m pytest tests/test_experiments_smoke.py -m paper_smoke
+## The integration tests (marker slow; about four minutes of CPU, the paper smoke run two of them).
+test-slow: data
+	$(VENV)/python -m pytest tests -m "slow and not browser" $(PARALLEL)
 
 ## The unit and property tests alone; MARKS selects (CI, under emulated kernels, in one process:
 ## "kernels and not browser and not slow and not symbolic").
-MARKS ?= not browser and not paper_smoke
+MARKS ?= not browser
 unit: setup
 	$(VENV)/python -m pytest tests -m "$(MARKS)" $(PARALLEL)
 

@@ -99,7 +99,7 @@ def test_failures_are_reported_by_experiment_name(monkeypatch, capsys):
     assert {k: os.environ.get(k) for k in before} == before       # the profile is restored
 
 
-@pytest.mark.paper_smoke
+@pytest.mark.slow
 def test_smoke_run_of_every_experiment_at_paper_settings_passes(tmp_path):
     from ddcl_theory import data
 
