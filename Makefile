@@ -4,11 +4,11 @@ NBVAL := -p ddcl_theory.ledger.nbval_numeric --nbval --nbval-sanitize-with tests
 ## pytest-xdist workers of `make test` and `make unit`: one per logical CPU, at most 8 (JOBS=0:
 ## one process, no xdist). Whole files per worker, in the order of collection (see `test`).
 JOBS ?= logical
+PARALLEL := -n $(JOBS) --maxprocesses 8 --dist loadfile --no-loadscope-reorder --durations=25
 ## Python writes the bytecode of each module at its first import (uv installs without compiling
 ## it, scripts/setup.sh): a shell that sets PYTHONDONTWRITEBYTECODE would otherwise recompile
 ## torch's modules in every process the tests and the book start.
 unexport PYTHONDONTWRITEBYTECODE
-PARALLEL := -n $(JOBS) --maxprocesses 8 --dist loadfile --no-loadscope-reorder --durations=25
 
 .PHONY: setup data book book-strict test test-slow unit goldens paper reference smoke check-goldens check-render check-results check-reference clean
 
@@ -40,9 +40,8 @@ book-strict: setup
 ## The integration tests marked slow (a wheel installed in a fresh venv, offline book builds,
 ## killed and resumed runs, two DDP ranks, inductor's C++, the paper profile's smoke run) are
 ## `make test-slow`, and the browser check of a built book is `make check-render`: CI runs both.
-## The chapters write their verdicts into
-## _build/test-results (or $DDCL_RESULTS_DIR), not into the committed results/: compare them
-## with `make check-results RESULTS=_build/test-results`.
+## The chapters write their verdicts into _build/test-results (or $DDCL_RESULTS_DIR), not into
+## the committed results/: compare them with `make check-results RESULTS=_build/test-results`.
 test: data
 	@[ -n "$$DDCL_RESULTS_DIR" ] || rm -rf _build/test-results
 	DDCL_RESULTS_DIR=$${DDCL_RESULTS_DIR:-$(CURDIR)/_build/test-results} \

@@ -22,10 +22,11 @@ install_with_uv() {
   if [ ! -x "$uv" ]; then
     .venv/bin/pip install -q --target .cache/uv "uv==$UV_VERSION" >/dev/null 2>&1 || return 1
   fi
+  local config cert
   local -a opts
-  mapfile -t opts < <(.venv/bin/pip config list | .venv/bin/python scripts/pip_to_uv.py)
-  local cert
-  cert=$(.venv/bin/pip config list | sed -n "s/^.*\.cert='\(.*\)'$/\1/p" | tail -n 1)
+  config=$(.venv/bin/pip config list)
+  mapfile -t opts < <(.venv/bin/python scripts/pip_to_uv.py <<<"$config")
+  cert=$(sed -n "s/^.*\.cert='\(.*\)'$/\1/p" <<<"$config" | tail -n 1)
   export UV_CACHE_DIR=${UV_CACHE_DIR:-.cache/uv-cache} UV_HTTP_TIMEOUT=${UV_HTTP_TIMEOUT:-180}
   [ -z "$cert" ] || export SSL_CERT_FILE=$cert
   # unsafe-best-match: every index and the local wheels are candidates for every package, as in
