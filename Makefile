@@ -10,7 +10,7 @@ PARALLEL := -n $(JOBS) --maxprocesses 8 --dist loadfile --no-loadscope-reorder -
 ## torch's modules in every process the tests and the book start.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: setup data book book-strict test test-slow unit goldens paper reference smoke check-goldens check-render check-results check-reference clean
+.PHONY: setup data book book-strict test test-slow test-portable unit goldens paper reference smoke check-goldens check-render check-results check-reference clean
 
 setup:
 	@bash scripts/setup.sh
@@ -50,6 +50,14 @@ test: data
 ## The integration tests (marker slow; about four minutes of CPU, the paper smoke run two of them).
 test-slow: data
 	$(VENV)/python -m pytest tests -m "slow and not browser" $(PARALLEL)
+
+## Every golden replayed under each kernel set this CPU can emulate (its own; AVX2 where it has
+## AVX-512; ATen's scalar kernels with MKL's generic path), each with an empty embedding cache
+## and scratch results, compared with the goldens under their declared tolerances; prints the
+## largest move per chapter as a fraction of its allowance (about 5 minutes a set on 2 cores).
+## Run it before a change to a chapter lands (CONTRIBUTING). SETS=avx2,default selects.
+test-portable: data
+	$(VENV)/python -m ddcl_theory.ledger.portable $(if $(SETS),--sets $(SETS)) $(NAMES)
 
 ## The unit and property tests alone; MARKS selects (CI, under emulated kernels, in one process:
 ## "kernels and not browser and not slow and not symbolic").

@@ -97,3 +97,20 @@ def test_corpus_word_and_combine_follow_the_rule():
         combine([])
     low = stats.paired_t([0.5, 0.52, 0.51], [0.7, 0.7, 0.7])
     assert deciding({"a": (up, low), "b": (up, up)}, "not reproduced") == ("a", "[CLS]")
+
+
+def test_the_counts_of_runs_by_stop_rule_carry_their_binomial_allowance():
+    from ddcl_theory.ledger.tolerance import compare_text, count_allowance
+
+    r = _result(sst2=_corpus(0.85, 0.70, 0.80, seeds=3), imdb=_corpus(0.80, 0.65, 0.75, seeds=3),
+                **{"20ng": _corpus(0.70, 0.60, 0.62, seeds=3, classes=20)})
+    r.corpora["sst2"].runs[0].stopped = "plateau"
+    v = _decide(r)
+    assert "validation plateau 1, early-stopped past the validation optimum 8" in v.evidence
+    assert v.tolerance.count_abs == count_allowance(1, 9) == 3
+    assert v.tolerance.abs == 0.03 and "count_allowance" in v.tolerance.reason
+    moved = v.evidence.replace("plateau 1, early", "plateau 0, early").replace(
+        "optimum 8)", "optimum 9)")
+    assert compare_text(v.evidence, moved, v.tolerance) == []
+    assert compare_text(v.evidence, v.evidence.replace("plateau 1,", "plateau 5,"),
+                        v.tolerance) != []

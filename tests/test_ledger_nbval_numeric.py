@@ -43,6 +43,14 @@ def outcome(tmp_path_factory):
         _cell("print('seeds', 11)", "seeds 10\n"),                             # 3: off-by-one count
         _cell("# nbval-tolerance: abs=0.01 -- probe\nprint('refuted')", "confirmed\n"),  # 4: words
         _cell("print('D13', 0.5)", "D13 0.5\n"),                               # 5: identical
+        _cell("# nbval-tolerance: abs=0.05 -- probe of accuracies only\n"
+              "print('plateau', 0, 'of', 9)", "plateau 1 of 9\n"),            # 6: no count_abs
+        _cell("# nbval-tolerance: abs=0.05 count_abs=2 -- counts of 9 runs\n"
+              "print('plateau', 0, 'of', 9)", "plateau 1 of 9\n"),            # 7: within count_abs
+        _cell("# nbval-tolerance: abs=0.05 count_abs=2 -- counts of 9 runs\n"
+              "print('plateau', 4, 'of', 9)", "plateau 1 of 9\n"),            # 8: beyond it
+        _cell("# nbval-tolerance: count_abs=2 -- counts of 9 runs\n"
+              "print('acc', 0.236)", "acc 0.234\n"),                          # 9: decimals tight
     ]
     proc = _nbval(tmp, cells)
     passed = {i for i in range(len(cells)) if f"PASSED probe.ipynb::Cell {i}" in proc.stdout}
@@ -74,6 +82,17 @@ def test_a_changed_verdict_word_fails_whatever_the_tolerance(outcome):
 
 def test_identical_output_passes(outcome):
     assert 5 in outcome[0]
+
+
+def test_a_count_of_runs_moves_only_within_its_declared_count_allowance(outcome):
+    assert 6 not in outcome[0]                 # abs=0.05 is no allowance for a count
+    assert 7 in outcome[0]
+    assert 8 not in outcome[0]
+    assert "count_abs=2" in outcome[1]
+
+
+def test_a_count_allowance_leaves_the_decimals_at_their_own_tolerance(outcome):
+    assert 9 not in outcome[0]
 
 
 def _items(names: list[str]) -> list[SimpleNamespace]:

@@ -235,3 +235,22 @@ def test_a_chapters_digests_cover_its_decision_but_not_the_ledger_page_code():
     assert "ddcl_theory.ledger.stats" in mods                        # and its intervals
     assert "ddcl_theory.experiments.peer_readouts.study" in mods
     assert not {"ddcl_theory.ledger.claims", "ddcl_theory.ledger.report"} & set(mods)
+
+
+def test_a_tolerance_declaration_leaves_the_chapter_digest_and_code_or_prose_change_it(tmp_path):
+    cell = ("```{{code-cell}} ipython3\n{decl}x = train()\nprint(x)\n```\n")
+    chapter = tmp_path / "chap.md"
+
+    def digest(decl: str, prose: str = "Text.\n") -> str:
+        chapter.write_text(prose + cell.format(decl=decl))
+        return reference.chapter_digest(chapter)
+
+    plain = digest("")
+    assert digest("# nbval-tolerance: abs=0.05 -- accuracies\n") == plain
+    assert digest("# nbval-tolerance: abs=0.05 count_abs=2 -- accuracies;\n"
+                  "# counts of 9 runs that met a stop rule\n") == plain
+    assert digest("# nbval-tolerance: abs=0.05 -- r\n# a comment\n") == plain
+    assert digest("# a comment, not a declaration\n") != plain
+    assert digest("", prose="Other text.\n") != plain
+    chapter.write_text("Text.\n" + cell.format(decl="").replace("train()", "train(lr=10)"))
+    assert reference.chapter_digest(chapter) != plain

@@ -12,6 +12,8 @@ from ddcl_theory.ledger.tolerance import (
     compare_text,
     numbers_agree,
     parse_declaration,
+    count_allowance,
+    largest_move,
     split_numbers,
 )
 
@@ -33,6 +35,64 @@ def test_an_off_by_one_count_fails_even_under_a_declared_tolerance_when_it_excee
 def test_integers_compare_exactly_by_default_and_with_the_declared_tolerance_otherwise():
     assert not numbers_agree("10", "11")
     assert numbers_agree("10", "11", Tolerance(abs=1, reason="count of a training outcome"))
+
+
+def test_a_count_of_runs_moves_within_count_abs_and_decimals_ignore_it():
+    counts = Tolerance(abs=0.05, count_abs=2, reason="9 runs meeting a plateau rule")
+    text = "DDCL runs finished: 9 of 9 (validation plateau 1, past the optimum 8); acc 0.362"
+    assert compare_text(text, text.replace("plateau 1", "plateau 0").replace("8)", "9)"),
+                        Tolerance(abs=0.05, reason="accuracies")) != []
+    assert compare_text(text, text.replace("plateau 1", "plateau 0").replace("8)", "9)"),
+                        counts) == []
+    assert compare_text(text, text.replace("plateau 1", "plateau 4"), counts) != []
+    assert compare_text(text, text.replace("0.362", "0.462"), counts) != []
+    assert numbers_agree("0.30", "0.32", Tolerance(count_abs=2, reason="counts")) is False
+
+
+def test_count_abs_is_read_from_a_declaration_and_needs_a_reason():
+    tol = parse_declaration("# nbval-tolerance: abs=0.05 count_abs=2 -- counts of 9 runs\n")
+    assert (tol.abs, tol.rel, tol.count_abs) == (0.05, 0.0, 2.0)
+    assert tol.describe() == "abs=0.05 count_abs=2"
+    with pytest.raises(ValueError, match="reason"):
+        Tolerance(count_abs=1)
+    with pytest.raises(ValueError, match="count_abs"):
+        Tolerance(count_abs=-1, reason="negative")
+
+
+def test_a_tolerance_without_count_abs_serialises_as_before_and_round_trips():
+    old = Tolerance(abs=0.03, reason="r")
+    assert old.to_dict() == {"abs": 0.03, "rel": 0.0, "reason": "r"}
+    new = Tolerance(abs=0.03, reason="r", count_abs=2)
+    assert Tolerance.from_dict(new.to_dict()) == new
+    assert Tolerance.from_dict(old.to_dict()) == old
+
+
+def test_count_allowance_is_two_binomial_sds_at_the_smoothed_rate():
+    assert count_allowance(0, 9) == 2          # p = 1/11: sd 0.86
+    assert count_allowance(17, 20) == 4        # p = 18/22: sd 1.72
+    assert count_allowance(0, 5) == 2
+    assert count_allowance(3, 3) == 2
+    assert count_allowance(0, 9, sds=1) == 1
+    with pytest.raises(ValueError, match="k:"):
+        count_allowance(10, 9)
+    with pytest.raises(ValueError, match="n:"):
+        count_allowance(0, 0)
+
+
+@given(st.integers(1, 400), st.data())
+def test_count_allowance_never_exceeds_the_worst_case_binomial_spread(n, data):
+    k = data.draw(st.integers(0, n))
+    assert 1 <= count_allowance(k, n) <= int(2 * (n ** 0.5) / 2) + 1
+
+
+def test_largest_move_measures_a_move_against_its_allowance():
+    tol = Tolerance(abs=0.05, reason="accuracies")
+    assert largest_move("acc 0.300", "acc 0.300", tol) == (0.0, "")
+    used, where = largest_move("acc 0.300, n 5", "acc 0.330, n 5", tol)
+    assert abs(used - 0.03 / 0.051) < 1e-9 and "0.300 -> 0.330" in where
+    assert largest_move("acc 0.300", "acc 0.301", tol)[0] == 0.0     # a last-digit flip
+    assert largest_move("plateau 1", "plateau 0", tol)[0] > 1          # a count, no allowance
+    assert largest_move("acc 0.3", "loss 0.3", tol)[1] == "the words differ"
 
 
 def test_a_rounding_flip_in_the_last_printed_digit_passes_the_tight_default():

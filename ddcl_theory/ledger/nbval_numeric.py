@@ -61,7 +61,7 @@ def compare_outputs(self, test, ref, skip_compare=None):
                 problems = [] if w == g else [f"{key} differs"]
             if problems:
                 self.comparison_traceback.append(
-                    f"{key} mismatch under tolerance abs={tol.abs:g} rel={tol.rel:g}"
+                    f"{key} mismatch under tolerance {tol.describe()}"
                     + (f" ({tol.reason})" if tol.reason else "") + ":")
                 self.comparison_traceback.extend("  " + p for p in problems[:10])
                 self.format_output_compare(key, w, g)

@@ -142,11 +142,26 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
 
 
+#: a golden's tolerance declaration and the comment lines that continue its reason
+_TOLERANCE_BLOCK = re.compile(r"^[ \t]*#[ \t]*nbval-tolerance:.*\n(?:[ \t]*#.*\n)*", re.M)
+
+
+def chapter_digest(source: Path) -> str:
+    """16 hex digits of the sha256 of a chapter source without its ``# nbval-tolerance:``
+    declarations (each with the comment lines right after it): how closely a golden is
+    compared decides nothing that the chapter computes, so declaring a tolerance leaves its
+    reference result current."""
+    text = Path(source).read_text(encoding="utf-8")
+    text = _TOLERANCE_BLOCK.sub("", text if text.endswith("\n") else text + "\n")
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
 def source_digests(source: Path, root: Path | None = None) -> dict[str, str]:
-    """``{"chapter": digest of the chapter source, <module>: digest of its file, ...}``
-    (16 hex digits of sha256) for the chapter and every module of :func:`chapter_modules`."""
+    """``{"chapter": digest of the chapter source (:func:`chapter_digest`), <module>: digest of
+    its file, ...}`` (16 hex digits of sha256) for the chapter and every module of
+    :func:`chapter_modules`."""
     root = root or repo_root()
-    digests = {"chapter": _sha256(Path(source))}
+    digests = {"chapter": chapter_digest(Path(source))}
     for name in chapter_modules(source, root):
         digests[name] = _sha256(_module_file(name, root))
     return digests

@@ -15,8 +15,12 @@ training, with the reason beside the declaration. In a notebook code cell the de
 comment line::
 
     # nbval-tolerance: abs=0.03 rel=0.05 -- test accuracy after 3 epochs moves with the CPU's kernels
+    # nbval-tolerance: abs=0.05 count_abs=2 -- accuracies; counts of 9 runs that met a stop rule
 
-Under a declared tolerance integers are compared with the same ``abs``/``rel`` as decimals.
+Under a declared tolerance an integer may move by ``count_abs + abs + rel * |golden|``: the
+number of runs that met a rule (a plateau, a collapse, an early stop) is an outcome of training
+like an accuracy, and ``count_abs`` is its allowance, in runs. :func:`count_allowance` derives
+it from the binomial spread of such a count.
 """
 from __future__ import annotations
 
@@ -31,7 +35,7 @@ NUMBER = re.compile(
 )
 WHITESPACE = re.compile(r"\s+")
 DECLARATION = re.compile(r"^\s*#\s*nbval-tolerance:\s*(?P<spec>.*)$", re.MULTILINE)
-_FIELD = re.compile(r"\b(abs|rel)\s*=\s*([0-9.eE+-]+)")
+_FIELD = re.compile(r"\b(abs|rel|count_abs)\s*=\s*([0-9.eE+-]+)")
 
 
 @dataclass(frozen=True)
@@ -41,27 +45,39 @@ class Tolerance:
     Attributes:
         abs: absolute tolerance (>= 0).
         rel: tolerance relative to the golden value (>= 0).
-        reason: why this much; required whenever either tolerance is non-zero.
+        reason: why this much; required whenever any tolerance is non-zero.
+        count_abs: how many units an integer literal (a count of runs) may move besides
+            ``abs`` and ``rel`` (>= 0; decimals ignore it).
     """
 
     abs: float = 0.0
     rel: float = 0.0
     reason: str = ""
+    count_abs: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("abs", "rel"):
+        for name in ("abs", "rel", "count_abs"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name}: expected a finite number >= 0, got {value!r}")
-        if (self.abs or self.rel) and not self.reason.strip():
+        if self.declared and not self.reason.strip():
             raise ValueError("reason: a declared tolerance needs its reason")
 
     @property
     def declared(self) -> bool:
-        return bool(self.abs or self.rel)
+        return bool(self.abs or self.rel or self.count_abs)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if not self.count_abs:          # results written before counts had an allowance
+            del d["count_abs"]
+        return d
+
+    def describe(self) -> str:
+        """``abs=0.05 rel=0.3 count_abs=2`` (the fields that are set; ``tight`` when none)."""
+        parts = [f"{k}={getattr(self, k):g}" for k in ("abs", "rel", "count_abs")
+                 if getattr(self, k)]
+        return " ".join(parts) or "tight"
 
     @classmethod
     def from_dict(cls, d: dict | None) -> "Tolerance":
@@ -79,9 +95,27 @@ def parse_declaration(source: str) -> Tolerance:
     spec = match.group("spec")
     values = {k: float(v) for k, v in _FIELD.findall(spec)}
     if not values:
-        raise ValueError(f"nbval-tolerance: expected 'abs=<x>' and/or 'rel=<x>', got {spec!r}")
+        raise ValueError(f"nbval-tolerance: expected 'abs=<x>', 'rel=<x>' and/or "
+                         f"'count_abs=<n>', got {spec!r}")
     reason = spec.split("--", 1)[1].strip() if "--" in spec else ""
-    return Tolerance(values.get("abs", 0.0), values.get("rel", 0.0), reason)
+    return Tolerance(values.get("abs", 0.0), values.get("rel", 0.0), reason,
+                     values.get("count_abs", 0.0))
+
+
+def count_allowance(k: int, n: int, sds: float = 2.0) -> int:
+    """How far a count of ``k`` of ``n`` runs meeting a rule may move on another machine.
+
+    Another CPU's kernels round differently from the first step on, and over a training run
+    the difference grows until each run meets or misses a rule much as a fresh seed would: the
+    count is then binomial(n, p). With p estimated as (k + 1) / (n + 2) (never 0 or 1: a rule
+    no run met here may still be met elsewhere), the allowance is ``sds`` standard deviations
+    sqrt(n p (1 - p)), rounded up to whole runs. E.g. 0 of 9: 2; 17 of 20: 4; 0 of 5: 2."""
+    if not (isinstance(n, int) and n >= 1):
+        raise ValueError(f"n: expected a number of runs >= 1, got {n!r}")
+    if not (isinstance(k, int) and 0 <= k <= n):
+        raise ValueError(f"k: expected a count in [0, n={n}], got {k!r}")
+    p = (k + 1) / (n + 2)
+    return math.ceil(sds * math.sqrt(n * p * (1 - p)) - 1e-9)
 
 
 def _last_digit_unit(literal: str) -> float:
@@ -93,6 +127,18 @@ def _last_digit_unit(literal: str) -> float:
     return 10.0 ** (int(exponent or 0) - decimals)
 
 
+def allowance(golden: str, actual: str, tol: Tolerance = TIGHT) -> float:
+    """How far two number literals may lie apart under ``tol`` (the module docstring)."""
+    g = abs(float(golden))
+    integers = _last_digit_unit(golden) == 0 and _last_digit_unit(actual) == 0
+    if integers:
+        return tol.count_abs + tol.abs + tol.rel * g if tol.declared else 0.0
+    # the finer of the two printed precisions: a rounding flip moves the last digit by one unit
+    units = [u for u in (_last_digit_unit(golden), _last_digit_unit(actual)) if u > 0]
+    slack = min(units) if units else 0.0
+    return slack + tol.abs + tol.rel * g
+
+
 def numbers_agree(golden: str, actual: str, tol: Tolerance = TIGHT) -> bool:
     """Whether two number literals agree under ``tol`` (see the module docstring)."""
     g, a = float(golden), float(actual)
@@ -100,13 +146,32 @@ def numbers_agree(golden: str, actual: str, tol: Tolerance = TIGHT) -> bool:
         return math.isnan(g) and math.isnan(a)
     if math.isinf(g) or math.isinf(a):
         return g == a
-    integers = _last_digit_unit(golden) == 0 and _last_digit_unit(actual) == 0
-    if integers and not tol.declared:
-        return g == a
-    # the finer of the two printed precisions: a rounding flip moves the last digit by one unit
-    units = [u for u in (_last_digit_unit(golden), _last_digit_unit(actual)) if u > 0]
-    slack = min(units) if units else 0.0
-    return abs(g - a) <= slack + tol.abs + tol.rel * abs(g) + 1e-12 * abs(g)
+    return abs(g - a) <= allowance(golden, actual, tol) + 1e-12 * abs(g)
+
+
+def largest_move(golden: str, actual: str, tol: Tolerance = TIGHT) -> tuple[float, str]:
+    """The number that moved most between two texts with the same words, as a fraction of its
+    allowance under ``tol`` (0: nothing moved; above 1: it fails), and a line naming it; the
+    moves inside the last printed digit of a decimal are not counted. (nan, reason) when the
+    words differ."""
+    g_words, g_nums = split_numbers(golden)
+    a_words, a_nums = split_numbers(actual)
+    if _layout_free(g_words) != _layout_free(a_words) or len(g_nums) != len(a_nums):
+        return math.nan, "the words differ"
+    worst, where = 0.0, ""
+    for i, (g, a) in enumerate(zip(g_nums, a_nums)):
+        gv, av = float(g), float(a)
+        if not (math.isfinite(gv) and math.isfinite(av)) or gv == av:
+            continue
+        units = [u for u in (_last_digit_unit(g), _last_digit_unit(a)) if u > 0]
+        if units and abs(gv - av) <= min(units) + 1e-12 * abs(gv):
+            continue                                   # a rounding flip, not a move
+        room = allowance(g, a, tol)
+        used = abs(gv - av) / room if room > 0 else math.inf
+        if used > worst:
+            context = "".join(w + n for w, n in zip(g_words[: i + 1], g_nums[:i] + ["<>"]))
+            worst, where = used, f"{context[-50:].strip()!r}: {g} -> {a}"
+    return worst, where
 
 
 def split_numbers(text: str) -> tuple[list[str], list[str]]:
@@ -133,7 +198,7 @@ def compare_text(golden: str, actual: str, tol: Tolerance = TIGHT) -> list[str]:
         if not numbers_agree(g, a, tol):
             context = "".join(w + n for w, n in zip(g_words[: i + 1], g_nums[:i] + ["<>"]))[-60:]
             problems.append(f"number {i} ({context.strip()!r}): golden {g}, got {a} "
-                            f"(allowed: last digit, abs={tol.abs:g}, rel={tol.rel:g})")
+                            f"(allowed: last digit, {tol.describe()})")
     return problems
 
 
