@@ -108,7 +108,7 @@ def test_the_counts_of_runs_by_stop_rule_carry_their_binomial_allowance():
     v = _decide(r)
     assert "validation plateau 1, early-stopped past the validation optimum 8" in v.evidence
     assert v.tolerance.count_abs == count_allowance(1, 9) == 3
-    assert v.tolerance.abs == 0.03 and "count_allowance" in v.tolerance.reason
+    assert v.tolerance.abs == 0.05 and "count_allowance" in v.tolerance.reason
     moved = v.evidence.replace("plateau 1, early", "plateau 0, early").replace(
         "optimum 8)", "optimum 9)")
     assert compare_text(v.evidence, moved, v.tolerance) == []

@@ -6,7 +6,9 @@ from ``MKL_CBWR``. For each kernel set (:func:`kernel_sets`) the chapters are ex
 (``goldens write --out``, several at a time, the ledger last), with an empty embedding cache
 (``DDCL_CACHE_DIR``: the MiniLM embeddings are computed under those kernels too) and a scratch
 results folder, and each executed copy is compared with its golden under the cells' declared
-tolerances (:func:`ddcl_theory.ledger.goldens.compare`, the rules of the nbval plugin). The
+tolerances (:func:`ddcl_theory.ledger.goldens.compare`, the rules of the nbval plugin); when
+every chapter ran, the verdicts they wrote are compared with the committed ones as ``make
+check-results`` does (:func:`ddcl_theory.ledger.results_check.check`). The
 report gives, per kernel set and chapter, the number that moved most as a fraction of its
 allowance: the measured spread that a declared tolerance should follow.
 
@@ -29,7 +31,7 @@ from pathlib import Path
 
 import nbformat
 
-from ddcl_theory.ledger import goldens
+from ddcl_theory.ledger import goldens, results_check
 from ddcl_theory.ledger.nbval_numeric import HEAVY_FIRST
 from ddcl_theory.ledger.tolerance import largest_move, parse_declaration
 from ddcl_theory.runtime.kernels import probe
@@ -98,6 +100,10 @@ def replay(kernel_set: str, names: list[str] | None, folder: Path, jobs: int) ->
         executed, golden = folder / goldens.golden_path(source).name, goldens.golden_path(source)
         problems += goldens.compare(executed, golden)
         moves[stem] = chapter_moves(executed, golden)
+    if names is None and not any(rc for _, rc, _, _ in runs):
+        # every chapter ran: the verdicts they wrote, against the committed ones (make
+        # check-results), each claim's numbers under that claim's own tolerance
+        problems += results_check.check(folder / "results")
     return {"problems": problems, "moves": moves, "seconds": time.monotonic() - start,
             "kernels": seen}
 

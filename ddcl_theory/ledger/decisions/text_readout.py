@@ -37,9 +37,12 @@ RULE = rule_of("D14")
 BASELINES = ("mean", "[CLS]")
 PAPER = "aggregator: ACC SST-2 (K=2) 86.7, IMDB (K=4) 91.3, 20NG 17.5 (protocol not stated)"
 #: How far the accuracies quoted in the evidence may move between machines.
-TOLERANCE = Tolerance(abs=0.03, reason="seed means of early-stopped readouts and probe fits; "
-                      "the word is decided on paired intervals; the counts of runs by how they "
-                      "stopped may move by their count_allowance")
+TOLERANCE = Tolerance(abs=0.05, reason="seed means of early-stopped readouts and probe fits, "
+                      "the ends of their paired intervals and the smallest detectable effects, "
+                      "which move with the seed sd that 3 seeds estimate poorly (0.034 measured "
+                      "between AVX-512 and AVX2 kernels); the word is decided on paired "
+                      "intervals; the counts of runs by how they stopped may move by their "
+                      "count_allowance")
 
 
 def corpus_word(pair: Sequence[Any]) -> str:
