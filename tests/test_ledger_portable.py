@@ -39,3 +39,52 @@ def test_chapter_moves_reports_the_largest_move_under_the_cells_tolerance(tmp_pa
     timing = _notebook(tmp_path / "t.ipynb", "print()", "12 s\n", tags=["nbval-ignore-output"])
     assert portable.chapter_moves(_notebook(tmp_path / "t2.ipynb", "print()", "31 s\n"),
                                   timing) == (0.0, "")
+
+
+@pytest.mark.slow
+def test_a_chapter_replayed_under_the_scalar_kernels_agrees_with_its_golden(tmp_path, capsys):
+    assert portable.main(["--sets", "default", "--out", str(tmp_path), "decomposition"]) == 0
+    out = capsys.readouterr().out
+    assert "default: decomposition: largest move" in out
+    assert "portable: default (DEFAULT): 0 difference(s)" in out
+    assert (tmp_path / "default" / "decomposition.ipynb").is_file()
+
+
+def test_each_kernel_set_runs_with_its_own_empty_cache_and_scratch_results(tmp_path, monkeypatch):
+    seen = {}
+
+    def fake_execute(source, out, env):
+        seen[source.stem] = env
+        return source.stem, 1, 0.0, "not run"
+
+    monkeypatch.setattr(portable, "_execute", fake_execute)
+    monkeypatch.setattr(portable, "probe", lambda extra=None: {"aten": "DEFAULT"})
+    report = portable.replay("default", ["decomposition", "ledger"], tmp_path, jobs=1)
+    env = seen["decomposition"]
+    assert env["ATEN_CPU_CAPABILITY"] == "default" and env["MKL_CBWR"] == "COMPATIBLE"
+    assert env["DDCL_CACHE_DIR"] == str(tmp_path / "cache")
+    assert env["DDCL_RESULTS_DIR"] == str(tmp_path / "results")
+    assert env["DDCL_PROFILE"] == "cpu" and "ledger" in seen
+    assert len(report["problems"]) == 2                         # both failed to execute
+    monkeypatch.setattr(portable, "probe", lambda extra=None: {"aten": "AVX512"})
+    with pytest.raises(RuntimeError, match="not DEFAULT"):
+        portable.replay("default", ["decomposition"], tmp_path, jobs=1)
+
+
+@pytest.mark.slow
+def test_a_replayed_chapter_that_moved_past_its_tolerance_is_reported(tmp_path, monkeypatch):
+    from ddcl_theory.ledger import goldens
+
+    source = goldens.sources(["decomposition"])[0]
+    nb = nbformat.read(goldens.golden_path(source), 4)
+    cell = next(c for c in nb.cells if c.cell_type == "code" and c.outputs
+                and "0" in "".join(o.get("text", "") for o in c.outputs))
+    out = next(o for o in cell.outputs if o.get("text"))
+    out["text"] = out["text"].replace("0", "7", 1)
+    (tmp_path / "golden").mkdir()
+    broken = tmp_path / "golden" / "decomposition.ipynb"
+    nbformat.write(nb, broken)
+    monkeypatch.setattr(goldens, "golden_path", lambda s: broken if s == source
+                        else s.with_suffix(".ipynb"))
+    report = portable.replay("native", ["decomposition"], tmp_path / "run", jobs=1)
+    assert report["problems"] and all("cell" in p for p in report["problems"])
