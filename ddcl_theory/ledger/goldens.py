@@ -187,24 +187,36 @@ def _texts(cell: nbformat.NotebookNode) -> list[str]:
     return texts
 
 
+def text_pairs(executed: Path, golden: Path):
+    """For each compared code cell of a golden and its executed copy (cells tagged
+    ``nbval-ignore-output`` skipped, as nbval skips them): (code-cell index, the golden cell's
+    declared tolerance, its text outputs, the executed cell's text outputs). Raises ValueError
+    when the two hold different numbers of code cells."""
+    got_cells = [c for c in nbformat.read(executed, 4).cells if c.cell_type == "code"]
+    want_cells = [c for c in nbformat.read(golden, 4).cells if c.cell_type == "code"]
+    if len(got_cells) != len(want_cells):
+        raise ValueError(f"{golden.name}: {len(want_cells)} code cells in the golden, "
+                         f"{len(got_cells)} executed")
+    for i, (want, got) in enumerate(zip(want_cells, got_cells)):
+        if "nbval-ignore-output" in want.metadata.get("tags", []):
+            continue                                   # timings: nbval skips them too
+        yield i, parse_declaration(want.source), _texts(want), _texts(got)
+
+
 def compare(executed: Path, golden: Path) -> list[str]:
     """How the text outputs of an executed notebook differ from its golden under each cell's
     declared tolerance (the rules of the nbval plugin), one line per difference."""
     problems = []
-    got_cells = [c for c in nbformat.read(executed, 4).cells if c.cell_type == "code"]
-    want_cells = [c for c in nbformat.read(golden, 4).cells if c.cell_type == "code"]
-    if len(got_cells) != len(want_cells):
-        return [f"{golden.name}: {len(want_cells)} code cells in the golden, {len(got_cells)} executed"]
-    for i, (want, got) in enumerate(zip(want_cells, got_cells)):
-        if "nbval-ignore-output" in want.metadata.get("tags", []):
-            continue                                   # timings: nbval skips them too
-        tol = parse_declaration(want.source)
-        want_texts, got_texts = _texts(want), _texts(got)
-        if len(want_texts) != len(got_texts):
-            problems.append(f"{golden.name} cell {i}: {len(want_texts)} text outputs, got {len(got_texts)}")
-            continue
-        for w, g in zip(want_texts, got_texts):
-            problems += [f"{golden.name} cell {i}: {p}" for p in compare_text(w, g, tol)]
+    try:
+        for i, tol, want_texts, got_texts in text_pairs(executed, golden):
+            if len(want_texts) != len(got_texts):
+                problems.append(f"{golden.name} cell {i}: {len(want_texts)} text outputs, "
+                                f"got {len(got_texts)}")
+                continue
+            for w, g in zip(want_texts, got_texts):
+                problems += [f"{golden.name} cell {i}: {p}" for p in compare_text(w, g, tol)]
+    except ValueError as e:
+        return [str(e)]
     return problems
 
 

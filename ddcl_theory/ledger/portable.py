@@ -29,11 +29,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import nbformat
-
 from ddcl_theory.ledger import goldens, results_check
 from ddcl_theory.ledger.nbval_numeric import HEAVY_FIRST
-from ddcl_theory.ledger.tolerance import largest_move, parse_declaration
+from ddcl_theory.ledger.tolerance import largest_move
 from ddcl_theory.runtime.kernels import probe
 
 #: name -> the environment that selects it (added to this process's)
@@ -112,13 +110,8 @@ def chapter_moves(executed: Path, golden: Path) -> tuple[float, str]:
     """The largest move of a number in a chapter's text outputs, as a fraction of its cell's
     allowance, and where (see :func:`ddcl_theory.ledger.tolerance.largest_move`)."""
     worst, where = 0.0, ""
-    got = [c for c in nbformat.read(executed, 4).cells if c.cell_type == "code"]
-    want = [c for c in nbformat.read(golden, 4).cells if c.cell_type == "code"]
-    for i, (w, g) in enumerate(zip(want, got)):
-        if "nbval-ignore-output" in w.metadata.get("tags", []):
-            continue
-        tol = parse_declaration(w.source)
-        for wt, gt in zip(goldens._texts(w), goldens._texts(g)):
+    for i, tol, want_texts, got_texts in goldens.text_pairs(executed, golden):
+        for wt, gt in zip(want_texts, got_texts):
             used, at = largest_move(wt, gt, tol)
             if math.isnan(used) or used > worst:
                 worst, where = used, f"cell {i} [{tol.describe()}] {at}"

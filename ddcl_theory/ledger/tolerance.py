@@ -127,16 +127,20 @@ def _last_digit_unit(literal: str) -> float:
     return 10.0 ** (int(exponent or 0) - decimals)
 
 
+def _rounding_slack(golden: str, actual: str) -> float:
+    """One unit of the finer of two decimals' last printed digits (a rounding flip moves the
+    last digit by one unit); 0 for two integers."""
+    units = [u for u in (_last_digit_unit(golden), _last_digit_unit(actual)) if u > 0]
+    return min(units) if units else 0.0
+
+
 def allowance(golden: str, actual: str, tol: Tolerance = TIGHT) -> float:
     """How far two number literals may lie apart under ``tol`` (the module docstring)."""
     g = abs(float(golden))
     integers = _last_digit_unit(golden) == 0 and _last_digit_unit(actual) == 0
     if integers:
         return tol.count_abs + tol.abs + tol.rel * g if tol.declared else 0.0
-    # the finer of the two printed precisions: a rounding flip moves the last digit by one unit
-    units = [u for u in (_last_digit_unit(golden), _last_digit_unit(actual)) if u > 0]
-    slack = min(units) if units else 0.0
-    return slack + tol.abs + tol.rel * g
+    return _rounding_slack(golden, actual) + tol.abs + tol.rel * g
 
 
 def numbers_agree(golden: str, actual: str, tol: Tolerance = TIGHT) -> bool:
@@ -154,24 +158,32 @@ def largest_move(golden: str, actual: str, tol: Tolerance = TIGHT) -> tuple[floa
     allowance under ``tol`` (0: nothing moved; above 1: it fails), and a line naming it; the
     moves inside the last printed digit of a decimal are not counted. (nan, reason) when the
     words differ."""
-    g_words, g_nums = split_numbers(golden)
-    a_words, a_nums = split_numbers(actual)
-    if _layout_free(g_words) != _layout_free(a_words) or len(g_nums) != len(a_nums):
+    aligned = _aligned_numbers(golden, actual)
+    if aligned is None:
         return math.nan, "the words differ"
     worst, where = 0.0, ""
-    for i, (g, a) in enumerate(zip(g_nums, a_nums)):
+    for i, g, a, context in aligned:
         gv, av = float(g), float(a)
         if not (math.isfinite(gv) and math.isfinite(av)) or gv == av:
             continue
-        units = [u for u in (_last_digit_unit(g), _last_digit_unit(a)) if u > 0]
-        if units and abs(gv - av) <= min(units) + 1e-12 * abs(gv):
+        if abs(gv - av) <= _rounding_slack(g, a) + 1e-12 * abs(gv):
             continue                                   # a rounding flip, not a move
         room = allowance(g, a, tol)
         used = abs(gv - av) / room if room > 0 else math.inf
         if used > worst:
-            context = "".join(w + n for w, n in zip(g_words[: i + 1], g_nums[:i] + ["<>"]))
             worst, where = used, f"{context[-50:].strip()!r}: {g} -> {a}"
     return worst, where
+
+
+def _aligned_numbers(golden: str, actual: str) -> list[tuple[int, str, str, str]] | None:
+    """(index, golden literal, actual literal, the golden text up to it) for each number of two
+    texts whose words agree up to layout; None when the words differ."""
+    g_words, g_nums = split_numbers(golden)
+    a_words, a_nums = split_numbers(actual)
+    if _layout_free(g_words) != _layout_free(a_words) or len(g_nums) != len(a_nums):
+        return None
+    return [(i, g, a, "".join(w + n for w, n in zip(g_words[: i + 1], g_nums[:i] + ["<>"])))
+            for i, (g, a) in enumerate(zip(g_nums, a_nums))]
 
 
 def split_numbers(text: str) -> tuple[list[str], list[str]]:
@@ -189,14 +201,13 @@ def compare_text(golden: str, actual: str, tol: Tolerance = TIGHT) -> list[str]:
     Words must match exactly, up to layout: a run of spaces and line breaks equals one space,
     so a line wrapped at another place (a number one digit wider on another CPU moves the
     break of :func:`ddcl_theory.ledger.report.wrap`) or padded differently is the same text."""
-    g_words, g_nums = split_numbers(golden)
-    a_words, a_nums = split_numbers(actual)
-    if _layout_free(g_words) != _layout_free(a_words) or len(g_nums) != len(a_nums):
+    aligned = _aligned_numbers(golden, actual)
+    if aligned is None:
         return [_first_text_difference(golden, actual)]
     problems = []
-    for i, (g, a) in enumerate(zip(g_nums, a_nums)):
+    for i, g, a, context in aligned:
         if not numbers_agree(g, a, tol):
-            context = "".join(w + n for w, n in zip(g_words[: i + 1], g_nums[:i] + ["<>"]))[-60:]
+            context = context[-60:]
             problems.append(f"number {i} ({context.strip()!r}): golden {g}, got {a} "
                             f"(allowed: last digit, {tol.describe()})")
     return problems
