@@ -53,6 +53,7 @@ def test_count_abs_is_read_from_a_declaration_and_needs_a_reason():
     tol = parse_declaration("# nbval-tolerance: abs=0.05 count_abs=2 -- counts of 9 runs\n")
     assert (tol.abs, tol.rel, tol.count_abs) == (0.05, 0.0, 2.0)
     assert tol.describe() == "abs=0.05 count_abs=2"
+    assert parse_declaration("# nbval-tolerance: abs=0.05 -- was rel=0.3 before\n").rel == 0
     with pytest.raises(ValueError, match="reason"):
         Tolerance(count_abs=1)
     with pytest.raises(ValueError, match="count_abs"):
@@ -73,6 +74,8 @@ def test_count_allowance_is_two_binomial_sds_at_the_smoothed_rate():
     assert count_allowance(0, 5) == 2
     assert count_allowance(3, 3) == 2
     assert count_allowance(0, 9, sds=1) == 1
+    import numpy as np
+    assert count_allowance(np.int64(0), np.int64(9)) == 2      # sums of numpy booleans
     with pytest.raises(ValueError, match="k:"):
         count_allowance(10, 9)
     with pytest.raises(ValueError, match="n:"):

@@ -25,6 +25,7 @@ it from the binomial spread of such a count.
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from dataclasses import asdict, dataclass
 
@@ -93,11 +94,12 @@ def parse_declaration(source: str) -> Tolerance:
     if match is None:
         return TIGHT
     spec = match.group("spec")
-    values = {k: float(v) for k, v in _FIELD.findall(spec)}
+    fields, _, reason = spec.partition("--")          # a number in the reason is not a field
+    values = {k: float(v) for k, v in _FIELD.findall(fields)}
     if not values:
         raise ValueError(f"nbval-tolerance: expected 'abs=<x>', 'rel=<x>' and/or "
                          f"'count_abs=<n>', got {spec!r}")
-    reason = spec.split("--", 1)[1].strip() if "--" in spec else ""
+    reason = reason.strip()
     return Tolerance(values.get("abs", 0.0), values.get("rel", 0.0), reason,
                      values.get("count_abs", 0.0))
 
@@ -110,11 +112,11 @@ def count_allowance(k: int, n: int, sds: float = 2.0) -> int:
     count is then binomial(n, p). With p estimated as (k + 1) / (n + 2) (never 0 or 1: a rule
     no run met here may still be met elsewhere), the allowance is ``sds`` standard deviations
     sqrt(n p (1 - p)), rounded up to whole runs. E.g. 0 of 9: 2; 17 of 20: 4; 0 of 5: 2."""
-    if not (isinstance(n, int) and n >= 1):
+    if not (isinstance(n, numbers.Integral) and n >= 1):
         raise ValueError(f"n: expected a number of runs >= 1, got {n!r}")
-    if not (isinstance(k, int) and 0 <= k <= n):
+    if not (isinstance(k, numbers.Integral) and 0 <= k <= n):
         raise ValueError(f"k: expected a count in [0, n={n}], got {k!r}")
-    p = (k + 1) / (n + 2)
+    p = (int(k) + 1) / (int(n) + 2)
     return math.ceil(sds * math.sqrt(n * p * (1 - p)) - 1e-9)
 
 
