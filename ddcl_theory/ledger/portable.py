@@ -5,7 +5,8 @@ in for others: ATen picks its vector kernels from ``ATEN_CPU_CAPABILITY`` and MK
 from ``MKL_CBWR``. For each kernel set (:func:`kernel_sets`) the chapters are executed afresh
 (``goldens write --out``, several at a time, the ledger last), with an empty embedding cache
 (``DDCL_CACHE_DIR``: the MiniLM embeddings are computed under those kernels too) and a scratch
-results folder, and each executed copy is compared with its golden under the cells' declared
+results folder (holding the committed verdicts of the chapters not replayed, which the ledger
+reads), and each executed copy is compared with its golden under the cells' declared
 tolerances (:func:`ddcl_theory.ledger.goldens.compare`, the rules of the nbval plugin); when
 every chapter ran, the verdicts they wrote are compared with the committed ones as ``make
 check-results`` does (:func:`ddcl_theory.ledger.results_check.check`). The
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -33,6 +35,7 @@ from ddcl_theory.ledger import goldens, results_check
 from ddcl_theory.ledger.nbval_numeric import HEAVY_FIRST
 from ddcl_theory.ledger.tolerance import largest_move
 from ddcl_theory.runtime.kernels import probe
+from ddcl_theory.runtime.paths import repo_root
 
 #: name -> the environment that selects it (added to this process's)
 KERNEL_SETS = {
@@ -72,6 +75,10 @@ def replay(kernel_set: str, names: list[str] | None, folder: Path, jobs: int) ->
     if want is not None and seen["aten"] != want:
         raise RuntimeError(f"{kernel_set}: ATen runs {seen['aten']}, not {want}")
     folder.mkdir(parents=True, exist_ok=True)
+    if names is not None:
+        # the ledger reads every chapter's verdicts: those not replayed are the committed ones
+        committed = repo_root() / "results" / "verdicts"
+        shutil.copytree(committed, folder / "results" / "verdicts", dirs_exist_ok=True)
     env = {**os.environ, **extra,
            "DDCL_CACHE_DIR": str(folder / "cache"), "DDCL_RESULTS_DIR": str(folder / "results"),
            "DDCL_PROFILE": "cpu"}
