@@ -101,7 +101,7 @@ def test_main_sweep_has_the_rule_eps_and_seeds_and_three_run_lengths():
     assert {0.1, 1.0} <= set(main.eps_values) and len(main.seeds) == 10
     assert len(main.scales) == 3 and main.scales[-1] == main.epochs
     assert ea.AblationSettings(epochs=48).scales == (12, 24, 48)
-    sgd = ea.AblationSettings.sgd_sweep(0.3)
+    sgd = ea.SGDAblationSettings.from_profile(lr_p=0.3)
     assert sgd.optimiser == "sgd" and sgd.lr_p == 0.3 and len(sgd.eps_values) == 6
 
 

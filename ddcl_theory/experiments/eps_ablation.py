@@ -31,6 +31,7 @@ from ddcl_theory.metrics import prototypes as protos
 from ddcl_theory.models.mlp import TokenMLP
 from ddcl_theory.runtime import profile
 from ddcl_theory.runtime.rundir import RunDir
+from ddcl_theory.runtime.settings import Settings, setting
 from ddcl_theory.runtime.progress import progress
 from ddcl_theory.runtime.training import fit
 from ddcl_theory.theory import coupled_model as cm
@@ -101,38 +102,27 @@ def cifar_tokens(n_train_per_class: int, n_test: int, *, patch: int = 8,
 # --------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class AblationSettings:
-    """Everything the sweep depends on (values per profile in :meth:`from_profile`)."""
+class AblationSettings(Settings):
+    """The main (Adam) sweep of D9: the rule's 10 seeds at eps 0.01, 0.1, 0.5 and 1, 256
+    training images; cpu 12 epochs, reference 48 (run lengths 12, 24, 48), paper 48 on 2,000
+    images (paper smoke test: one seed, one epoch)."""
 
-    eps_values: tuple[float, ...] = (0.01, 0.03, 0.1, 0.3, 0.5, 1.0)
-    seeds: tuple[int, ...] = (0, 1, 2)
-    classes: tuple[int, ...] = (0, 6)
-    n_train_per_class: int = 128
-    n_test: int = 500
-    patch: int = 8
-    hidden: int = 64
-    dim: int = 16
-    num_prototypes: int = 8
-    temperature: float = 0.02
-    lam: float = 1.0
-    lr_p: float = 0.01
-    optimiser: str = "adam"
-    epochs: int = 12
-    batch_size: int = 64
-    prototypes_see_task: bool = True
-
-    def __post_init__(self) -> None:
-        if not self.eps_values or any(not (e > 0) for e in self.eps_values):
-            raise ValueError(f"eps_values: expected positive values, got {self.eps_values}")
-        if not self.seeds:
-            raise ValueError("seeds: expected at least one seed")
-        if self.optimiser not in OPTIMISERS:
-            raise ValueError(f"optimiser: expected one of {OPTIMISERS}, got {self.optimiser!r}")
-        for name in ("epochs", "batch_size", "num_prototypes", "dim", "hidden"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}: expected >= 1, got {getattr(self, name)}")
-        if self.lr_p <= 0 or self.lam < 0 or self.temperature <= 0:
-            raise ValueError("lr_p, lam, temperature: expected lr_p > 0, lam >= 0, temperature > 0")
+    eps_values: tuple[float, ...] = setting(MAIN_EPS, gt=0, nonempty=True)
+    seeds: tuple[int, ...] = setting(tuple(range(10)), smoke=(0,), ge=0, nonempty=True)
+    classes: tuple[int, ...] = setting((0, 6), ge=0, nonempty=True)
+    n_train_per_class: int = setting(128, paper=1000, ge=1)
+    n_test: int = setting(500, paper=1000, ge=1)
+    patch: int = setting(8, ge=1)
+    hidden: int = setting(64, ge=1)
+    dim: int = setting(16, ge=1)
+    num_prototypes: int = setting(8, ge=1)
+    temperature: float = setting(0.02, gt=0)
+    lam: float = setting(1.0, ge=0)
+    lr_p: float = setting(0.01, gt=0)
+    optimiser: str = setting("adam", choices=OPTIMISERS)
+    epochs: int = setting(12, reference=48, paper=48, smoke=1, ge=1)
+    batch_size: int = setting(64, ge=1)
+    prototypes_see_task: bool = setting(True)
 
     @property
     def scales(self) -> tuple[int, ...]:
@@ -140,30 +130,18 @@ class AblationSettings:
         the epochs (fewer when the run is shorter than four epochs)."""
         return tuple(sorted({max(1, self.epochs // 4), max(1, self.epochs // 2), self.epochs}))
 
-    @classmethod
-    def from_profile(cls) -> "AblationSettings":
-        """The main (Adam) sweep of D9: the rule's 10 seeds at eps 0.01, 0.1, 0.5 and 1, 256
-        training images; cpu 12 epochs, reference 48 (run lengths 12, 24, 48), paper 48 on
-        2,000 images (paper smoke test: one seed, one epoch)."""
-        prof = profile.current()
-        return cls(
-            eps_values=MAIN_EPS,
-            seeds=prof.pick(cpu=tuple(range(10)), paper=tuple(range(10)), smoke=(0,)),
-            n_train_per_class=prof.pick(cpu=128, paper=1000),
-            n_test=prof.pick(cpu=500, paper=1000),
-            epochs=prof.pick(cpu=12, reference=48, paper=48, smoke=1),
-        )
 
-    @classmethod
-    def sgd_sweep(cls, lr_p: float) -> "AblationSettings":
-        """A plain-SGD sweep shown beside D9 (the setting of the discrete analysis): every eps of
-        the grid, 3 seeds, 12 epochs, in every profile but the smoke test."""
-        prof = profile.current()
-        return cls(optimiser="sgd", lr_p=lr_p, seeds=prof.pick(cpu=(0, 1, 2), smoke=(0,),
-                                                                paper=(0, 1, 2)),
-                   n_train_per_class=prof.pick(cpu=128, paper=1000),
-                   n_test=prof.pick(cpu=500, paper=1000), epochs=prof.pick(cpu=12, paper=12,
-                                                                           smoke=1))
+@dataclass(frozen=True)
+class SGDAblationSettings(AblationSettings):
+    """A plain-SGD sweep shown beside D9 (the setting of the discrete analysis): every eps of
+    the grid, 3 seeds, 12 epochs, in every profile but the smoke test; ``lr_p`` is the
+    prototypes' step size (the chapter sweeps two)."""
+
+    eps_values: tuple[float, ...] = setting((0.01, 0.03, 0.1, 0.3, 0.5, 1.0), gt=0,
+                                            nonempty=True)
+    seeds: tuple[int, ...] = setting((0, 1, 2), smoke=(0,), ge=0, nonempty=True)
+    optimiser: str = setting("sgd", choices=OPTIMISERS)
+    epochs: int = setting(12, smoke=1, ge=1)
 
 
 @dataclass
@@ -376,25 +354,28 @@ def run(settings: AblationSettings | None = None) -> AblationResult:
 # --------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class LinearSettings:
-    """The small coupled model of :mod:`ddcl_theory.theory.coupled_model` on real tokens."""
+class LinearSettings(Settings):
+    """The small coupled model of :mod:`ddcl_theory.theory.coupled_model` on real tokens (the
+    same in every profile: it is solved exactly, in float64)."""
 
-    classes: tuple[int, int] = (0, 6)
-    n_per_class: int = 8
-    patch: int = 8
-    pca_dim: int = 4
-    k: int = 3
-    d: int = 2
-    hidden: int = 6
-    tau: float = 0.3
-    lam: float = 1.0
-    wd: float = 0.05
-    seed: int = 0
-    flow_steps: int = 1500
-    step: float = 0.3
-    eps_grid: tuple[float, ...] = tuple(np.logspace(-3, 3, 49).tolist())
-    eps_fit: tuple[float, ...] = tuple(np.logspace(-5, -2, 7).tolist())
-    eta_p: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0)
+    classes: tuple[int, int] = setting((0, 6), ge=0)
+    n_per_class: int = setting(8, ge=1)
+    patch: int = setting(8, ge=1)
+    pca_dim: int = setting(4, ge=1)
+    k: int = setting(3, ge=2)
+    d: int = setting(2, ge=1)
+    hidden: int = setting(6, ge=1)
+    tau: float = setting(0.3, gt=0)
+    lam: float = setting(1.0, ge=0)
+    wd: float = setting(0.05, ge=0)
+    seed: int = setting(0, ge=0)
+    flow_steps: int = setting(1500, ge=1)
+    step: float = setting(0.3, gt=0)
+    eps_grid: tuple[float, ...] = setting(tuple(np.logspace(-3, 3, 49).tolist()), gt=0,
+                                          nonempty=True)
+    eps_fit: tuple[float, ...] = setting(tuple(np.logspace(-5, -2, 7).tolist()), gt=0,
+                                         nonempty=True)
+    eta_p: tuple[float, ...] = setting((0.25, 0.5, 1.0, 2.0), gt=0, nonempty=True)
 
 
 @dataclass

@@ -19,86 +19,25 @@ not change under ``DDCL_SMOKE=1`` (no ``smoke=`` budget declared) fails without 
 ``--device cuda`` runs the same smoke settings on a GPU host (with the paper profile's bf16
 autocast): the check for tensors left on the wrong device.
 
-Registry format (extend :data:`EXPERIMENTS` with one entry per experiment run)::
-
-    (module, settings class, run function)                  # run(Settings.from_profile())
-    (module, settings class, run function, {kwargs})        # run(Settings.from_profile(**kwargs))
-
-e.g. ``("ddcl_theory.experiments.soft_vq", "SoftVQSettings", "run")``. Names are strings and are
-imported when the entry runs, so an entry whose module fails to import fails under its name.
+The experiments are those of :data:`ddcl_theory.experiments.registry.EXPERIMENTS` (the run
+functions the chapters call), each run on ``Settings.from_profile(**overrides)``.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
 import dataclasses
-import importlib
 import os
 import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Iterator, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Iterator
+from typing import Any
 
+from ddcl_theory.experiments.registry import Experiment, entries
 from ddcl_theory.runtime import profile
 from ddcl_theory.runtime.paths import RESULTS_ENV
-
-EXPERIMENTS: list[tuple] = [
-    ("ddcl_theory.experiments.ddcl_layer", "PatchSettings", "run_patch_prototypes"),
-    ("ddcl_theory.experiments.ddcl_layer", "TransformerSettings", "run_transformer"),
-    ("ddcl_theory.experiments.scaling", "ScalingSettings", "run"),
-    ("ddcl_theory.experiments.annealing", "AnnealingSettings", "run"),
-    ("ddcl_theory.experiments.eps_ablation", "AblationSettings", "run"),
-    ("ddcl_theory.experiments.learned_attention", "LearnedAttentionSettings", "run",
-     {"causal": True}),
-    ("ddcl_theory.experiments.learned_attention", "LearnedAttentionSettings", "run",
-     {"causal": False}),
-    ("ddcl_theory.experiments.overhead", "OverheadSettings", "run"),
-    ("ddcl_theory.experiments.laplacian_vit", "ViTSettings", "run"),
-    ("ddcl_theory.experiments.laplacian_gpt", "GPTSettings", "run"),
-    ("ddcl_theory.experiments.soft_vq", "SoftVQSettings", "run"),
-    ("ddcl_theory.experiments.orbital_debris", "DebrisSettings", "run"),
-    ("ddcl_theory.experiments.laplacian_readout", "ReadoutSettings", "run"),
-    ("ddcl_theory.experiments.text_readout", "TextReadoutSettings", "run"),
-    ("ddcl_theory.experiments.stacked_layers", "StackedSettings", "run"),
-    ("ddcl_theory.experiments.peer_readouts", "StudySettings", "run"),
-]
-
-
-class Entry(NamedTuple):
-    """One registry entry (see the module docstring for the tuple format)."""
-
-    module: str
-    settings: str
-    run: str
-    kwargs: dict = {}
-
-    @property
-    def name(self) -> str:
-        """``"<module stem>.<run function>"``, plus ``[k=v,...]`` for keyword arguments."""
-        base = f"{self.module.rsplit('.', 1)[-1]}.{self.run}"
-        if self.kwargs:
-            base += "[" + ",".join(f"{k}={v}" for k, v in self.kwargs.items()) + "]"
-        return base
-
-
-def entries(registry: Sequence[tuple] | None = None) -> list[Entry]:
-    """The registry as :class:`Entry` rows; ``ValueError`` naming a malformed row."""
-    rows = []
-    for i, row in enumerate(EXPERIMENTS if registry is None else registry):
-        if (not isinstance(row, tuple) or len(row) not in (3, 4)
-                or not all(isinstance(x, str) and x for x in row[:3])
-                or (len(row) == 4 and not isinstance(row[3], dict))):
-            raise ValueError(f"EXPERIMENTS[{i}]: expected (module, settings class, run function"
-                             f"[, kwargs dict]) as strings, got {row!r}")
-        rows.append(Entry(*row))
-    names = [e.name for e in rows]
-    if len(set(names)) != len(names):
-        twice = sorted({n for n in names if names.count(n) > 1})
-        raise ValueError(f"EXPERIMENTS: duplicate entries {twice}")
-    return rows
-
 
 @contextlib.contextmanager
 def _env(**values: str | None) -> Iterator[None]:
@@ -132,36 +71,23 @@ def _device(device: str) -> Iterator[None]:
         profile.current = original
 
 
-def _settings(entry: Entry) -> Any:
-    module = importlib.import_module(entry.module)
-    cls = getattr(module, entry.settings)
-    make = getattr(cls, "from_profile", None)
-    if make is None:
-        if entry.kwargs:
-            raise ValueError(f"{entry.settings}: keyword arguments {entry.kwargs} need a "
-                             "from_profile classmethod")
-        return cls()
-    return make(**entry.kwargs)
-
-
-def check_smoke_budget(entry: Entry) -> Any:
+def check_smoke_budget(entry: Experiment) -> Any:
     """The smoke settings of ``entry``; ``ValueError`` when they equal its paper settings."""
     with _env(**{profile.SMOKE_ENV: None}):
-        paper = _settings(entry)
-    smoke = _settings(entry)
+        paper = entry.make_settings()
+    smoke = entry.make_settings()
     if smoke == paper:
         raise ValueError(f"{entry.name}: {entry.settings} declares no smoke budget: its paper "
-                         "settings do not change under DDCL_SMOKE=1 (use profile.current().pick("
-                         "cpu=..., paper=..., smoke=...) on epochs, steps, seeds or repeats)")
+                         "settings do not change under DDCL_SMOKE=1 (declare setting(..., smoke=...)"
+                         " on epochs, steps, seeds or repeats)")
     return smoke
 
 
-def run_entry(entry: Entry) -> float:
+def run_entry(entry: Experiment) -> float:
     """Run one entry under the smoke profile; return the seconds taken."""
     start = time.perf_counter()
     settings = check_smoke_budget(entry)
-    run = getattr(importlib.import_module(entry.module), entry.run)
-    run(settings)
+    entry.run_function()(settings)
     return time.perf_counter() - start
 
 
@@ -181,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     todo = entries()
     if args.list:
         for e in todo:
-            extra = f" {e.kwargs}" if e.kwargs else ""
+            extra = f" {dict(e.overrides)}" if e.overrides else ""
             print(f"{e.name:<40} {e.module}.{e.settings} -> {e.run}{extra}")
         return 0
     if args.names:
