@@ -287,3 +287,19 @@ def test_binding_names_the_test_that_decides_the_word():
     assert rule.decide([iv(-2, 1), iv(1, 2), iv(1, 2)]) == "not reproduced"
     with pytest.raises(ValueError, match="intervals"):
         rule.binding([iv(0, 1)])
+
+
+def test_chapter_summary_links_each_claim_to_its_section_with_word_and_value():
+    chapter = claims.Chapter("decomposition")
+    with pytest.raises(ValueError, match="no verdict recorded yet"):
+        chapter.summary_markdown()
+    chapter.settle("D4", "proved", "symbolic", our_value="V >= 0")
+    chapter.settle("D3", "confirmed", "checks")
+    text = chapter.summary_markdown()
+    lines = text.splitlines()
+    assert lines[0] == ":::{admonition} What this chapter finds" and lines[-1] == ":::"
+    d3, d4 = (i for i, line in enumerate(lines) if line.startswith("- {ref}"))
+    assert "{ref}`D3 <decomposition-d3>`" in lines[d3] and "{verdict}`confirmed`" in lines[d3]
+    assert lines[d4].endswith(r": V \>= 0") and chapter.label("D4") == "decomposition-d4"
+    with pytest.raises(KeyError, match="unknown claim"):
+        chapter.label("D99")

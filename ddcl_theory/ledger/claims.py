@@ -430,6 +430,10 @@ class Settlement:
     decision: dict | None = None        # rule, n_seeds, interval, scale, trend (empirical)
 
 
+#: The glue key of a chapter's opening box of verdicts (:meth:`Chapter.glue_summary`).
+SUMMARY_KEY = "chapter_verdicts"
+
+
 @dataclass
 class Chapter:
     """Collects the verdicts one chapter settles and writes them to ``results/verdicts``.
@@ -500,6 +504,32 @@ class Chapter:
         """A plain-text table of this chapter's verdicts (for the notebook's output)."""
         lines = [f"{s.id:<4} {s.verdict:<15} {s.our_value or ''}" for s in self.settled]
         return "\n".join(lines)
+
+    def label(self, claim_id: str) -> str:
+        """The label of the section that decides ``claim_id`` on this chapter's page, e.g.
+        ``"decomposition-d3"`` (the page puts ``(decomposition-d3)=`` above that section)."""
+        return f"{self.name}-{get(claim_id).id.lower()}"
+
+    def summary_markdown(self) -> str:
+        """The verdicts of this chapter at a glance (MyST): per settled claim its id (a link to
+        the section that decides it), its short form, its word and our deciding number."""
+        if not self.settled:
+            raise ValueError(f"chapter {self.name!r}: no verdict recorded yet")
+        lines = [":::{admonition} What this chapter finds", ":class: ddcl-findings", ""]
+        for s in sorted(self.settled, key=lambda s: _sort_key(s.id)):
+            value = f": {_value(s.our_value)}" if s.our_value else ""
+            lines.append(f"- {{ref}}`{s.id} <{self.label(s.id)}>` {_verdict_badge(s.verdict)} "
+                         f"{get(s.id).short or markdown_text(get(s.id).statement)}{value}")
+        lines.append(":::")
+        return "\n".join(lines)
+
+    def glue_summary(self, key: str = SUMMARY_KEY) -> None:
+        """Glue :meth:`summary_markdown` under ``key`` for the page's opening box (a
+        ``{glue:md}`` directive under the title shows it; myst-nb reads the glued output from
+        the executed notebook, wherever the cell stands)."""
+        from IPython.display import Markdown
+        from myst_nb import glue
+        glue(key, Markdown(self.summary_markdown()), display=False)
 
 
 def _sort_key(claim_id: str) -> tuple[int, int]:
