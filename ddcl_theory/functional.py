@@ -76,32 +76,42 @@ def soft_centroid(q: Tensor, prototypes: Tensor) -> Tensor:
     return q.to(prototypes.dtype) @ prototypes
 
 
-def loss_terms(z: Tensor, prototypes: Tensor, q: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def loss_terms(z: Tensor, prototypes: Tensor, q: Tensor,
+               mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """(l_q, l_ols, v), each a mean over the N tokens, for any q on the simplex.
 
     l_q = sum_k q_nk ||z_n - p_k||^2, l_ols = ||z_n - mu_n||^2, v = sum_k q_nk ||p_k - mu_n||^2.
-    With an empty batch (N = 0) all three are 0.
+    ``mask`` (N,) bool keeps only the tokens marked True: the means are over those (the others
+    count for nothing, whatever their values). With no token (N = 0, or none kept) all three
+    are 0.
     """
     _check_pair(z, prototypes)
     if q.shape != (z.shape[0], prototypes.shape[0]):
         raise ValueError(f"q: expected shape ({z.shape[0]}, {prototypes.shape[0]}), "
                          f"got {tuple(q.shape)}")
+    if mask is not None and (mask.dtype != torch.bool or mask.shape != (z.shape[0],)):
+        raise ValueError(f"mask: expected a bool tensor of shape ({z.shape[0]},), "
+                         f"got {mask.dtype} {tuple(mask.shape)}")
     work = work_dtype(torch.promote_types(z.dtype, prototypes.dtype))
     z, p, q = z.to(work), prototypes.to(work), q.to(work)
-    n = z.shape[0]
-    if n == 0:
-        zero = z.new_zeros(())
-        return zero, zero, zero
+    count = max(z.shape[0], 1) if mask is None else mask.sum().clamp_min(1).to(work)
+
+    def mean(per_token: Tensor) -> Tensor:
+        """Sum of (N, ...) per-token terms over the kept tokens, divided by their count."""
+        if mask is not None:
+            per_token = torch.where(mask.unsqueeze(-1), per_token, per_token.new_zeros(()))
+        return per_token.sum() / count
+
     with torch.autocast(device_type=z.device.type, enabled=False):
         centre = p.mean(dim=0, keepdim=True).detach()
         pc = p - centre
         mu_c = q @ pc                      # soft centroid, shifted
-        l_q = (q * squared_distances(z, p)).sum() / n
-        l_ols = ((z - centre - mu_c) ** 2).sum() / n
+        l_q = mean(q * squared_distances(z, p))
+        l_ols = mean((z - centre - mu_c) ** 2)
         # Pairwise form sum_k q_k ||p_k - mu||^2 = 1/2 sum_kl q_k q_l ||p_k - p_l||^2: a sum of
         # non-negative terms, so V >= 0 holds in floating point too (the centred difference
         # sum_k q_k ||p_k||^2 - ||mu||^2 rounds below zero for near one-hot q and large norms).
         # Costs one (N, K) @ (K, K) product.
         d_pp = squared_distances(p, p)
-        v = 0.5 * ((q @ d_pp) * q).sum() / n
+        v = 0.5 * mean((q @ d_pp) * q)
     return l_q, l_ols, v

@@ -2,6 +2,7 @@
 JSON record (times are never asserted: the host is shared)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -11,6 +12,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from ddcl_theory import bench
 from ddcl_theory.layers.ddcl import DDCLAttention
+from ddcl_theory.runtime import profile
 
 
 def _tiny(**kw) -> bench.BenchSettings:
@@ -26,11 +28,20 @@ def test_modes_cover_the_documented_lengths():
     assert set(full.methods) == {"ddcl", "bare", "sdpa", "mean", "vq"}
     assert full.memory_seq_lens is None and set(full.memory_methods) == set(full.methods)
     assert bench.BenchSettings.from_profile() == quick                # cpu profile in the tests
+    assert quick == bench.BenchSettings() and quick.mode == "quick" and full.mode == "full"
+    assert bench.BenchSettings.full(repeats=2).repeats == 2 and full.repeats == 5
+
+
+def test_the_paper_profile_runs_the_full_sweep(monkeypatch):
+    monkeypatch.setenv(profile.PROFILE_ENV, "paper")
+    assert bench.BenchSettings.from_profile() == bench.BenchSettings.full()
+    assert bench.BenchSettings() == bench.BenchSettings.quick()     # defaults: the cpu values
 
 
 @pytest.mark.parametrize("field,value", [("dim", 0), ("repeats", 1.5), ("heads", 3),
                                          ("seq_lens", (0,)), ("methods", ("flash",)),
-                                         ("max_call_s", 0.0)])
+                                         ("max_call_s", 0.0), ("mode", "slow"),
+                                         ("memory_seq_lens", (0,)), ("seq_lens", ())])
 def test_bad_settings_raise_naming_the_field(field, value):
     with pytest.raises(ValueError, match=field if field != "heads" else "dim"):
         bench.BenchSettings.quick(**{field: value})
@@ -107,6 +118,15 @@ def test_command_line_quick_run_writes_the_json(tmp_path):
     data = json.loads(out.read_text())
     assert data["settings"]["mode"] == "quick" and data["settings"]["seq_lens"] == [32]
     assert {r["method"] for r in data["timing"]} == {"ddcl", "bare", "mean"}
+
+
+def test_the_memory_child_reads_its_settings_back_from_json(capsys):
+    s = _tiny(memory_seq_lens=None, max_call_s=5.0)          # None and floats through JSON
+    spec = json.dumps({"method": "mean", "seq_len": 32, "device": "cpu",
+                       "settings": dataclasses.asdict(s)})
+    assert bench.main(["--memory-case", spec]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert res["method"] == "mean" and res["seq_len"] == 32 and res["input_bytes"] > 0
 
 
 def _fake_result(exponent: float) -> dict:

@@ -6,8 +6,8 @@ import pytest
 from ddcl_theory.experiments import (
     annealing,
     ddcl_layer,
+    ddp_check,
     eps_ablation,
-    laplacian_gpt,
     laplacian_readout,
     laplacian_vit,
     learned_attention,
@@ -25,9 +25,9 @@ SETTINGS = [
     ddcl_layer.PatchSettings, ddcl_layer.TransformerSettings, scaling.ScalingSettings,
     annealing.AnnealingSettings, eps_ablation.AblationSettings, overhead.OverheadSettings,
     learned_attention.LearnedAttentionSettings, laplacian_vit.ViTSettings,
-    laplacian_gpt.GPTSettings, soft_vq.SoftVQSettings, orbital_debris.DebrisSettings,
+    soft_vq.SoftVQSettings, orbital_debris.DebrisSettings,
     laplacian_readout.ReadoutSettings, text_readout.TextReadoutSettings,
-    stacked_layers.StackedSettings, peer_readouts.StudySettings,
+    stacked_layers.StackedSettings, peer_readouts.StudySettings, ddp_check.DDPSettings,
 ]
 
 
@@ -47,3 +47,10 @@ def test_cpu_profile_is_the_default(cls, monkeypatch):
     default = cls.from_profile()
     monkeypatch.setenv(profile.PROFILE_ENV, "cpu")
     assert default == cls.from_profile()
+
+
+@pytest.mark.parametrize("cls", SETTINGS, ids=lambda c: c.__name__)
+def test_the_dataclass_defaults_are_the_cpu_values_whatever_the_active_profile(cls, monkeypatch):
+    monkeypatch.setenv(profile.PROFILE_ENV, "paper")
+    assert cls() == cls.for_profile(profile.Profile("cpu", "cpu"))
+    assert cls() != cls.from_profile()

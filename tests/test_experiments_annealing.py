@@ -50,3 +50,10 @@ def test_a_killed_annealing_run_resumes_to_the_same_record(tmp_path, monkeypatch
     np.testing.assert_array_equal(resumed.prototypes, whole.prototypes)
     np.testing.assert_array_equal(resumed.free_energy, whole.free_energy)
     np.testing.assert_array_equal(resumed.n_clusters, whole.n_clusters)
+
+
+def test_the_temperature_falls_from_start_to_end():
+    with pytest.raises(ValueError, match="end_ratio"):
+        annealing.AnnealingSettings(start_ratio=0.5, end_ratio=0.5)
+    with pytest.raises(ValueError, match="n_tokens"):
+        annealing.AnnealingSettings(n_tokens=1)

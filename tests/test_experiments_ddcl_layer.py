@@ -69,6 +69,10 @@ def test_transformer_settings_scales_and_seeds():
     assert dl.TransformerSettings(epochs=1, seeds=(0,)).scales == (1,)
     with pytest.raises(ValueError, match="seeds"):
         dl.TransformerSettings(seeds=(0, 0))
+    with pytest.raises(ValueError, match="n_train"):
+        dl.TransformerSettings(n_train=0)
+    with pytest.raises(ValueError, match="steps"):
+        dl.PatchSettings(steps=0)
 
 
 def test_a_killed_patch_fit_resumes_to_the_same_prototypes(tmp_path, monkeypatch):

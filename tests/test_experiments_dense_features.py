@@ -94,12 +94,14 @@ def test_sweep_pairs_settings_and_seeds():
 def test_plateau_rule_and_settings_validation():
     assert exp.plateaued([5, 4, 3.0, 3.0, 2.99, 2.98])
     assert not exp.plateaued([5, 4, 3, 2, 1, 0.5]) and not exp.plateaued([1, 1, 1])
-    with pytest.raises(ValueError, match="probe_at"):
-        tiny(probe_at=(2, 1))
-    with pytest.raises(ValueError, match="dim"):
-        tiny(dim=0)
-    with pytest.raises(ValueError, match="setting"):
-        tiny(head_settings=("0", "most"))
+    for changes, message in [({"probe_at": (2, 1)}, r"probe_at: expected increasing"),
+                             ({"probe_at": (-1, 2)}, r"probe_at: expected every value >= 0"),
+                             ({"dim": 0}, r"dim: expected >= 1"),
+                             ({"patch": 5}, r"patch: expected a divisor of 32"),
+                             ({"seeds": ()}, r"seeds: expected at least one value"),
+                             ({"head_settings": ("0", "most")}, r"head_settings: .*'most'")]:
+        with pytest.raises(ValueError, match=r"DenseSettings\." + message):
+            tiny(**changes)
     assert exp.DenseSettings.from_profile().steps[-1] > 0
 
 
@@ -107,6 +109,7 @@ def test_profiles_cpu_three_seeds_reference_the_rules_five(monkeypatch):
     from ddcl_theory.runtime import profile
     monkeypatch.setenv(profile.PROFILE_ENV, "cpu")
     cpu = exp.DenseSettings.from_profile()
+    assert cpu == exp.DenseSettings()                       # the defaults are the cpu values
     monkeypatch.setenv(profile.PROFILE_ENV, "reference")
     ref = exp.DenseSettings.from_profile()
     assert cpu.seeds == (0, 1, 2) and cpu.n_train == 384

@@ -1,35 +1,15 @@
-"""The Laplacian-head character GPT (L8, L9): tiny runs return finite, reproducible numbers and
-resume after a kill to the same numbers. The verdict rules are tested in
-test_ledger_decisions_laplacian_experiments."""
+"""The character data and loss of the GPT study (L8, L9): ids over the sorted vocabulary, the
+90/10 split, windows with their next characters and the next-character loss. The study that
+trains the GPT is tested in test_experiments_laplacian_study."""
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import pytest
 import torch
 
-from ddcl_theory import data
 from ddcl_theory.experiments import laplacian_gpt as lg
-from ddcl_theory.runtime.rundir import RunDir
-
-from _killers import Killed, KilledAfter
-
-
-def tiny_gpt() -> lg.GPTSettings:
-    return dataclasses.replace(lg.GPTSettings.from_profile(), block_size=8, dim=8, heads=2,
-                               depth=1, batch_size=8, steps=5, eval_windows=32, cdnv_min_count=2,
-                               seeds=(0,), head_settings=("0", "all"), l9_setting="all")
-
-
-def test_tiny_gpt_sweep_is_finite_and_reproducible():
-    a = lg.run(tiny_gpt())
-    b = lg.run(tiny_gpt())
-    assert a.runs == b.runs
-    for r in a.runs:
-        assert math.isfinite(r.val_loss) and 0 < r.val_loss < 2 * math.log(a.vocab_size)
-        assert math.isfinite(r.cdnv) and r.cdnv > 0 and 1 <= r.k99 <= 8
-        assert 0.0 <= r.within_seq <= 1.0
+from ddcl_theory.models.char_gpt import CharGPT
 
 
 def test_encode_round_trip():
@@ -40,23 +20,29 @@ def test_encode_round_trip():
         lg.encode("")
 
 
-def test_a_killed_gpt_run_resumes_to_the_same_numbers(tmp_path):
-    s = dataclasses.replace(tiny_gpt(), steps=23)        # rounds of 2 steps, the last of 1
-    text, _ = data.load_text()
-    ids, vocab = lg.encode(text)
-    cut = int(0.9 * len(ids))
-    train_ids, val_ids = torch.from_numpy(ids[:cut]), torch.from_numpy(ids[cut:])
-    args = (s, "all", 0, train_ids, val_ids, len(vocab), "cpu")
-    whole = lg.train_one(*args)
-    with pytest.raises(Killed):
-        lg.train_one(*args, KilledAfter("gpt-test", s, root=tmp_path, enabled=True, saves=5))
-    run = RunDir("gpt-test", s, root=tmp_path, enabled=True)
-    assert lg.train_one(*args, run) == whole
-    assert not run.state_path("state-setting=all,seed=0").exists()
+def test_text_splits_are_the_first_nine_tenths_and_the_rest():
+    train, val, vocab, _ = lg.text_splits()
+    n = len(train) + len(val)
+    assert len(train) == int(0.9 * n) and train.dtype == val.dtype == torch.int64
+    assert 0 <= int(torch.cat([train, val]).min()) and int(torch.cat([train, val]).max()) < len(
+        vocab)
 
 
-def test_settings_validation():
-    with pytest.raises(ValueError, match="seeds"):
-        dataclasses.replace(lg.GPTSettings.from_profile(), seeds=())
-    with pytest.raises(ValueError, match="l9_setting"):
-        dataclasses.replace(lg.GPTSettings.from_profile(), l9_setting="3")
+def test_windows_hold_the_block_and_the_characters_that_follow_it():
+    ids = torch.arange(100) * 3
+    starts = torch.tensor([0, 17, 90])
+    x, y = lg.next_char_windows(ids, starts, 8)
+    assert x.shape == y.shape == (3, 8)
+    assert torch.equal(x[1], ids[17:25]) and torch.equal(y[1], ids[18:26])
+    assert torch.equal(x[:, 1:], y[:, :-1])
+    with pytest.raises(ValueError, match="ids, starts"):
+        lg.next_char_windows(ids[None], starts, 8)
+
+
+def test_next_char_loss_is_the_models_loss_and_log_v_for_uniform_logits():
+    torch.manual_seed(0)
+    model = CharGPT(11, 8, dim=8, depth=1, heads=2, laplacian_heads=1)
+    x, y = lg.next_char_windows(torch.randint(0, 11, (50,)), torch.tensor([0, 5, 30]), 8)
+    assert torch.equal(lg.next_char_loss(model, x, y), model.loss(x, y))
+    uniform = lg.next_char_loss(lambda t: torch.zeros(*t.shape, 11), x, y)
+    assert float(uniform) == pytest.approx(math.log(11))

@@ -112,15 +112,24 @@ def test_a_killed_readout_run_resumes_to_the_same_numbers(tmp_path):
 
 
 def test_x2_settings_are_checked_and_follow_the_profile(monkeypatch):
-    with pytest.raises(ValueError, match="seeds"):
+    with pytest.raises(ValueError, match=r"ReadoutSettings\.vit\.seeds: expected at least two"):
         _tiny(seeds=(0,))
-    with pytest.raises(ValueError, match="setting"):
+    with pytest.raises(ValueError, match=r"ViTSettings\.head_settings"):
         _tiny(head_settings=("0", "7"))
+    with pytest.raises(ValueError, match=r"ReadoutSettings\.temperature: expected > 0"):
+        _tiny(temperature=0.0)
+    with pytest.raises(ValueError, match=r"ReadoutSettings\.vit: expected ViTSettings"):
+        lr.ReadoutSettings(vit=dataclasses.asdict(lv.ViTSettings()))
     monkeypatch.setenv(profile.PROFILE_ENV, "cpu")
     cpu = lr.ReadoutSettings.from_profile()
+    assert cpu == lr.ReadoutSettings()                  # the defaults are the cpu values
     assert cpu.vit == dataclasses.replace(lv.ViTSettings.from_profile(), epochs=10,
                                           head_settings=("0", "all"))
     monkeypatch.setenv(profile.PROFILE_ENV, "paper")
     assert lr.ReadoutSettings.from_profile() != cpu
+    monkeypatch.setenv(profile.SMOKE_ENV, "1")
+    smoke = lr.ReadoutSettings.from_profile()
+    assert (smoke.vit.n_train, smoke.vit.seeds, smoke.vit.epochs) == (lr.SMOKE_IMAGES, (0, 1), 1)
+    monkeypatch.delenv(profile.SMOKE_ENV)
     assert dataclasses.replace(cpu).vit.head_settings == ("0", "all")
     assert np.isfinite(cpu.vit.lr)

@@ -11,22 +11,21 @@ import pytest
 from ddcl_theory.experiments import laplacian_gpt as lg
 from ddcl_theory.experiments import laplacian_study as ls
 from ddcl_theory.experiments import laplacian_vit as lv
+from ddcl_theory.runtime import profile
 from ddcl_theory.runtime.rundir import RunDir
 
 from _killers import Killed, KilledAfter
 
 
 def tiny_vit(epochs=2, checkpoints=(1, 2)) -> ls.ViTStudySettings:
-    vit = dataclasses.replace(lv.ViTSettings.from_profile(), n_train=64, n_test=60, dim=8,
-                              heads=2, depth=1, epochs=epochs, batch_size=32, seeds=(0,),
-                              head_settings=("0", "all"))
+    vit = lv.ViTSettings(n_train=64, n_test=60, dim=8, heads=2, depth=1, epochs=epochs,
+                         batch_size=32, seeds=(0,), head_settings=("0", "all"))
     return ls.ViTStudySettings(vit=vit, n_val=32, checkpoints=checkpoints, n_train_eval=32)
 
 
 def tiny_gpt() -> ls.GPTStudySettings:
-    return dataclasses.replace(ls.GPTStudySettings.from_profile(), block_size=8, dim=8,
-                               heads=4, depth=1, batch_size=8, steps=6, rounds=3,
-                               checkpoints=(1, 3), eval_windows=32, cdnv_min_count=2,
+    return ls.GPTStudySettings(block_size=8, dim=8, heads=4, depth=1, batch_size=8, steps=6,
+                               rounds=3, checkpoints=(1, 3), eval_windows=32, cdnv_min_count=2,
                                seeds=(0,), l9_setting="2")
 
 
@@ -81,11 +80,29 @@ def test_a_killed_gpt_study_run_resumes_to_the_same_numbers(tmp_path):
 
 
 def test_settings_validation():
-    with pytest.raises(ValueError, match="checkpoints"):
+    with pytest.raises(ValueError, match=r"ViTStudySettings\.checkpoints"):
         tiny_vit(epochs=2, checkpoints=(1,))
-    with pytest.raises(ValueError, match="checkpoints"):
+    with pytest.raises(ValueError, match=r"ViTStudySettings\.vit\.head_settings"):
+        ls.ViTStudySettings(vit=lv.ViTSettings(head_settings=("1", "all")))
+    with pytest.raises(ValueError, match=r"ViTStudySettings\.n_val: expected >= 1"):
+        dataclasses.replace(tiny_vit(), n_val=0)
+    with pytest.raises(ValueError, match=r"GPTStudySettings\.checkpoints"):
         dataclasses.replace(tiny_gpt(), checkpoints=(3, 1))
-    with pytest.raises(ValueError, match="rounds"):
+    with pytest.raises(ValueError, match=r"GPTStudySettings\.rounds"):
         dataclasses.replace(tiny_gpt(), steps=7)
-    with pytest.raises(ValueError, match="setting"):
+    with pytest.raises(ValueError, match=r"GPTStudySettings\.l9_setting"):
         dataclasses.replace(tiny_gpt(), l9_setting="9")
+    with pytest.raises(ValueError, match=r"GPTStudySettings\.seeds"):
+        dataclasses.replace(tiny_gpt(), seeds=())
+
+
+def test_the_reference_profile_lengthens_the_runs_and_pairs_five_seeds(monkeypatch):
+    monkeypatch.setenv(profile.PROFILE_ENV, "cpu")
+    assert ls.ViTStudySettings.from_profile() == ls.ViTStudySettings()
+    assert ls.GPTStudySettings.from_profile() == ls.GPTStudySettings()
+    monkeypatch.setenv(profile.PROFILE_ENV, "reference")
+    vit, gpt = ls.ViTStudySettings.from_profile(), ls.GPTStudySettings.from_profile()
+    assert (vit.vit.epochs, vit.vit.seeds, vit.checkpoints) == (20, (0, 1, 2, 3, 4), (5, 10, 20))
+    assert vit.vit.dim == lv.ViTSettings().dim                  # the cpu model, trained longer
+    assert (gpt.steps, gpt.seeds, gpt.scales) == (600, (0, 1, 2, 3, 4),
+                                                  ("150 steps", "300 steps", "600 steps"))

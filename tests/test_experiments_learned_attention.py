@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from ddcl_theory.experiments import learned_attention as la
+from ddcl_theory.runtime import profile
 from ddcl_theory.runtime.rundir import RunDir
 
 from _killers import Killed, KilledAfter
@@ -32,3 +33,14 @@ def test_a_killed_training_resumes_to_the_same_attention(tmp_path, causal):
     assert np.array_equal(resumed.attention, whole.attention)
     assert (resumed.first_loss, resumed.last_loss) == (whole.first_loss, whole.last_loss)
     assert not run.state_path("state").exists()
+
+
+def test_causal_is_a_field_of_the_profile_settings_and_the_ranges_are_checked(monkeypatch):
+    monkeypatch.setenv(profile.PROFILE_ENV, "paper")
+    masked = la.LearnedAttentionSettings.from_profile(causal=False)
+    assert not masked.causal and masked.steps == 3000 and masked.seq_len == 128
+    assert masked.replace(causal=True) == la.LearnedAttentionSettings.from_profile()
+    with pytest.raises(ValueError, match="laplacian_heads"):
+        la.LearnedAttentionSettings(heads=2, laplacian_heads=3)
+    with pytest.raises(ValueError, match="mask_rate"):
+        la.LearnedAttentionSettings(mask_rate=1.0)

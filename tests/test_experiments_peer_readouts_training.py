@@ -27,7 +27,7 @@ def _train(kind, run=None):
 def test_a_killed_readout_training_resumes_to_the_same_records(kind, tmp_path, monkeypatch):
     whole = _train(kind)
     assert [r.epoch for r in whole.records] == [0, 1, 2, 3, 4]
-    measure = training._measure
+    measure = training.measure_readout
 
     def killed_after_epoch_2(model, data, test, epoch, *args, **kwargs):
         if epoch == 3:
@@ -35,11 +35,11 @@ def test_a_killed_readout_training_resumes_to_the_same_records(kind, tmp_path, m
         return measure(model, data, test, epoch, *args, **kwargs)
 
     run = RunDir("peer-resume", _Key(), root=tmp_path, enabled=True)
-    monkeypatch.setattr(training, "_measure", killed_after_epoch_2)
+    monkeypatch.setattr(training, "measure_readout", killed_after_epoch_2)
     with pytest.raises(KeyboardInterrupt):
         _train(kind, run)
     assert run.state_path(f"unit-{kind}").is_file()
-    monkeypatch.setattr(training, "_measure", measure)
+    monkeypatch.setattr(training, "measure_readout", measure)
     resumed = _train(kind, RunDir("peer-resume", _Key(), root=tmp_path, enabled=True))
     assert repr(resumed.records) == repr(whole.records)      # loss at epoch 0 is nan
     assert not run.state_path(f"unit-{kind}").exists()

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ddcl_theory.experiments import smoke
+from ddcl_theory.experiments import registry, smoke
+from ddcl_theory.experiments.registry import Experiment
 from ddcl_theory.runtime import profile
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,7 +25,11 @@ BUDGET_FIELDS = {"epochs", "steps", "seeds", "repeats", "warmup", "n_temperature
                  "imdb_test", "ng_train", "ng_test", "cluster_steps", "cluster_tokens",
                  "kmeans_restarts", "text", "sweep_seeds", "sweep_epochs", "debris_train",
                  "debris_test", "cost_lengths", "trend_objects", "min_epochs", "max_epochs",
-                 "cluster_seeds", "n_val", "ema_decays", "ema_thresholds"}
+                 "cluster_seeds", "n_val", "ema_decays", "ema_thresholds", "n_train_eval",
+                 "rounds", "checkpoints", "probe_at"}
+#: Budgets that are schedules (the epochs or rounds at which a run is read): a smoke run's ends
+#: earlier and has no more positions (it need not be a subset of the paper's).
+SCHEDULE_FIELDS = {"checkpoints", "probe_at"}
 
 
 SIZE_ZERO_MEANS_ALL = {"sst2_train", "imdb_train", "imdb_test", "ng_train", "ng_test"}
@@ -36,18 +41,15 @@ def _settings(entry, monkeypatch, smoke_flag: bool):
         monkeypatch.setenv(profile.SMOKE_ENV, "1")
     else:
         monkeypatch.delenv(profile.SMOKE_ENV, raising=False)
-    return smoke._settings(entry)
+    return entry.make_settings()
 
 
 def test_registry_entries_import_and_name_a_settings_class_and_a_run_function():
-    import importlib
-
     entries = smoke.entries()
     assert len({e.name for e in entries}) == len(entries) >= 10
     for e in entries:
-        module = importlib.import_module(e.module)
-        assert dataclasses.is_dataclass(getattr(module, e.settings)), e.name
-        assert callable(getattr(module, e.run)), e.name
+        assert dataclasses.is_dataclass(e.settings_class()), e.name
+        assert callable(e.run_function()), e.name
 
 
 def _fields(settings) -> dict:
@@ -64,11 +66,16 @@ def test_smoke_changes_only_budget_fields(entry, monkeypatch):
     paper = _fields(_settings(entry, monkeypatch, smoke_flag=False))
     small = _fields(_settings(entry, monkeypatch, smoke_flag=True))
     changed = {name for name in paper if paper[name] != small[name]}
+    if entry.fixed_scale:                      # one scale everywhere: the smoke run runs it whole
+        assert not changed, f"{entry.name}: fixed_scale, yet its smoke settings differ"
+        return
     assert changed, f"{entry.name}: no smoke budget declared"
     assert changed <= BUDGET_FIELDS, f"{entry.name}: smoke changes {changed - BUDGET_FIELDS}"
     for name in changed:                       # budgets only shrink
         big, little = paper[name], small[name]
-        if isinstance(big, tuple):
+        if name in SCHEDULE_FIELDS:
+            assert len(little) <= len(big) and max(little) < max(big), (entry.name, name)
+        elif isinstance(big, tuple):
             assert set(little) < set(big), (entry.name, name)
         elif dataclasses.is_dataclass(big):
             continue                           # nested settings: checked as their own entry
@@ -82,14 +89,14 @@ def test_registry_rejects_a_malformed_row():
     with pytest.raises(ValueError, match=r"EXPERIMENTS\[0\]"):
         smoke.entries([("ddcl_theory.experiments.scaling", "ScalingSettings")])
     with pytest.raises(ValueError, match="duplicate"):
-        smoke.entries([("m.a", "S", "run"), ("m.a", "S", "run")])
+        smoke.entries([Experiment("m.a", "S", "run"), Experiment("m.a", "S", "run")])
 
 
 def test_failures_are_reported_by_experiment_name(monkeypatch, capsys):
-    monkeypatch.setattr(smoke, "EXPERIMENTS", [
-        ("ddcl_theory.experiments.no_such_module", "Settings", "run"),
-        ("ddcl_theory.experiments.eps_ablation", "LinearSettings", "linear_analysis"),
-    ])
+    monkeypatch.setattr(registry, "EXPERIMENTS", (
+        Experiment("ddcl_theory.experiments.no_such_module", "Settings", "run"),
+        Experiment("ddcl_theory.experiments.eps_ablation", "LinearSettings", "linear_analysis"),
+    ))
     before = {k: os.environ.get(k) for k in (profile.PROFILE_ENV, profile.SMOKE_ENV)}
     assert smoke.main([]) == 1
     out = capsys.readouterr().out

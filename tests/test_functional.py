@@ -120,6 +120,29 @@ def test_loss_terms_of_empty_batch_are_zero():
     assert float(l_q) == float(l_ols) == float(v) == 0.0
 
 
+@SMALL
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 10), k=st.integers(1, 6))
+def test_masked_loss_terms_equal_the_terms_of_the_kept_tokens_alone(seed, n, k):
+    z, p = _pair(seed, n, k, 3)
+    q = F.soft_assign(z, p, 0.9)
+    mask = torch.rand(n, generator=torch.Generator().manual_seed(seed)) > 0.4
+    garbage = torch.where(mask[:, None], z, torch.full_like(z, float("nan")))
+    got = F.loss_terms(garbage, p, q, mask)
+    want = F.loss_terms(z[mask], p, q[mask])
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-15)
+    assert all(bool(torch.isfinite(t)) for t in got)
+
+
+def test_loss_terms_with_no_kept_token_are_zero_and_keep_the_graph():
+    z, p = _pair(1, 4, 3, 2)
+    p.requires_grad_(True)
+    terms = F.loss_terms(z, p, F.soft_assign(z, p, 1.0), torch.zeros(4, dtype=torch.bool))
+    assert all(float(t.detach()) == 0.0 for t in terms)
+    (grad,) = torch.autograd.grad(sum(terms), p)
+    assert bool((grad == 0).all())
+
+
 def test_gradcheck_soft_assign_float64():
     z, p = _pair(6, 5, 3, 2)
     z.requires_grad_(True)
@@ -176,3 +199,7 @@ def test_bad_shapes_raise_naming_the_argument():
         F.soft_assign(z, p[:0], 1.0)
     with pytest.raises(ValueError, match="q"):
         F.loss_terms(z, p, torch.ones(3, 3) / 3)
+    with pytest.raises(ValueError, match="mask"):
+        F.loss_terms(z, p, torch.ones(3, 2) / 2, torch.ones(3))          # not bool
+    with pytest.raises(ValueError, match="mask"):
+        F.loss_terms(z, p, torch.ones(3, 2) / 2, torch.ones(2, dtype=torch.bool))

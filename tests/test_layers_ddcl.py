@@ -7,7 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ddcl_theory import functional as F
+from ddcl_theory.layers import ddcl as ddcl_module
 from ddcl_theory.layers.ddcl import DDCLAttention, DDCLOutput
+from ddcl_theory.layers.temperature import Temperature
 from ddcl_theory.models.ddcl_transformer import DDCLTransformer
 
 SMALL = settings(max_examples=15, deadline=None)
@@ -33,9 +35,11 @@ def test_output_fields_and_shapes():
 
 
 @SMALL
-@given(seed=st.integers(0, 1000), heads=st.sampled_from([1, 2, 3]), k=st.integers(1, 5))
-def test_assignment_rows_sum_to_one_on_valid_tokens_and_vanish_on_masked(seed, heads, k):
-    layer = _layer(dim=6, k=k, heads=heads, seed=seed)
+@given(seed=st.integers(0, 1000), heads=st.sampled_from([1, 2, 3]), k=st.integers(1, 5),
+       explicit=st.booleans())
+def test_assignment_rows_sum_to_one_on_valid_tokens_and_vanish_on_masked(seed, heads, k,
+                                                                         explicit):
+    layer = _layer(dim=6, k=k, heads=heads, seed=seed, explicit=explicit)
     mask = torch.rand(3, 5, generator=torch.Generator().manual_seed(seed)) > 0.4
     out = layer(_x(seed=seed), mask)
     sums = out.assignments.sum(-1)                                  # (B, H, T)
@@ -97,9 +101,10 @@ def test_equivariant_under_prototype_permutation(seed):
 
 
 @SMALL
-@given(lengths=st.lists(st.integers(0, 5), min_size=1, max_size=3), seed=st.integers(0, 1000))
-def test_padded_call_equals_unpadded_call_outputs_losses_and_gradients(lengths, seed):
-    layer = _layer(seed=seed)
+@given(lengths=st.lists(st.integers(0, 5), min_size=1, max_size=3), seed=st.integers(0, 1000),
+       explicit=st.booleans())
+def test_padded_call_equals_unpadded_call_outputs_losses_and_gradients(lengths, seed, explicit):
+    layer = _layer(seed=seed, explicit=explicit)
     xs = [_x(b=1, t=n, seed=seed + 10 + i)[0] for i, n in enumerate(lengths)]
     b = len(lengths)
     padded = torch.full((b, 5, 6), float("nan"), dtype=torch.float64)   # garbage in the padding
@@ -129,8 +134,9 @@ def test_padded_call_equals_unpadded_call_outputs_losses_and_gradients(lengths, 
     torch.testing.assert_close(g_pad, g_ref)
 
 
-def test_empty_sequences_and_fully_masked_rows_are_defined():
-    layer = _layer()
+@pytest.mark.parametrize("explicit", [False, True])
+def test_empty_sequences_and_fully_masked_rows_are_defined(explicit):
+    layer = _layer(explicit=explicit)
     out = layer(torch.zeros(2, 0, 6, dtype=torch.float64))
     assert out.output.shape == (2, 0, 6) and out.assignments.shape == (2, 2, 0, 4)
     assert bool((out.pooled == 0).all())
@@ -164,8 +170,9 @@ def test_zero_temperature_layer_assigns_to_the_nearest_prototype():
     assert bool((out.assignments.argmax(-1) == d.argmin(-1)).all())
 
 
-def test_gradcheck_layer_float64():
-    layer = _layer(dim=4, k=3, heads=2, learnable_temperature=True)
+@pytest.mark.parametrize("explicit", [False, True])
+def test_gradcheck_layer_float64(explicit):
+    layer = _layer(dim=4, k=3, heads=2, learnable_temperature=True, explicit=explicit)
     x = _x(b=2, t=3, dim=4).requires_grad_(True)
     mask = torch.tensor([[True, True, False], [True, False, True]])
 
@@ -177,37 +184,50 @@ def test_gradcheck_layer_float64():
     assert torch.autograd.gradcheck(f, (x, protos))
 
 
-def test_temperature_fixed_learnable_and_scheduled():
+def test_temperature_is_a_submodule_read_by_both_paths():
     layer = _layer(temperature=2.0)
-    assert layer.temperature == pytest.approx(2.0)
-    layer.set_temperature(0.5)
-    assert layer.temperature == pytest.approx(0.5)
+    assert isinstance(layer.temperature, Temperature) and layer.temperature.value == 2.0
+    x = _x()
+    hot = layer(x).assignments
+    layer.temperature.set(0.5)
+    for explicit in (False, True):
+        layer.explicit = explicit
+        cold = layer(x).assignments                              # sharper at the lower tau
+        assert bool(cold.amax(-1).mean() > hot.amax(-1).mean())
+        torch.testing.assert_close(cold[:, 0].reshape(-1, 4), F.soft_assign(
+            layer(x).z[:, 0].reshape(-1, 3), layer.prototypes[0], 0.5))
 
     learn = _layer(temperature=3.0, learnable_temperature=True)
-    assert learn.temperature == pytest.approx(3.0)
     learn(_x()).losses.l_q.backward()
-    assert learn.log_temperature.grad is not None
-    with torch.no_grad():
-        learn.log_temperature.fill_(-50.0)                       # still positive
-    assert learn.temperature > 0
+    assert float(learn.temperature.log_tau.grad.abs()) > 0
 
-    sched = _layer(temperature=lambda step: 1.0 / (1 + step))
-    assert sched.temperature == pytest.approx(1.0)
-    assert sched.advance_schedule(3) == 3
-    assert sched.temperature == pytest.approx(0.25)
-    assert int(sched.state_dict()["temperature_step"]) == 3
     bad = _layer(temperature=lambda step: 1.0 - step)
-    bad.advance_schedule(1)
-    with pytest.raises(ValueError, match="temperature"):
-        bad(_x())
+    bad.temperature.advance(1)                                   # tau = 0 from step 1
+    for explicit in (False, True):
+        bad.explicit = explicit
+        with pytest.raises(ValueError, match="temperature"):
+            bad(_x())
 
 
 @pytest.mark.parametrize("tau", [0.0, -1.0, float("nan")])
 def test_non_positive_temperature_raises(tau):
     with pytest.raises(ValueError, match="temperature"):
         DDCLAttention(6, 4, temperature=tau)
-    with pytest.raises(ValueError, match="value"):
-        _layer().set_temperature(tau)
+
+
+def test_explicit_argument_and_attribute_choose_the_path(monkeypatch):
+    def no_fused(*args):
+        raise RuntimeError("the fused path ran")
+
+    monkeypatch.setattr(ddcl_module, "prototype_readout", no_fused)
+    x = _x()
+    _layer(explicit=True)(x)                                     # never calls the fused function
+    layer = _layer()
+    assert not layer.explicit
+    with pytest.raises(RuntimeError, match="fused"):
+        layer(x)
+    layer.explicit = True
+    layer(x)
 
 
 def test_bad_constructor_arguments_raise_naming_them():

@@ -1,5 +1,5 @@
-"""DDCLAttention's fused forward/backward: no host synchronisation, one compiled graph, the same
-numbers and gradients as an explicit autograd reference, and activation memory linear in T."""
+"""DDCLAttention's fused forward/backward: the same numbers and gradients as the layer's explicit
+path, no host synchronisation, one compiled graph, and activation memory linear in T."""
 from __future__ import annotations
 
 import os
@@ -34,31 +34,6 @@ def _mask(b=3, t=7, seed=2):
     return m
 
 
-def reference(layer: DDCLAttention, x, mask):
-    """The layer's equations written out with explicit differences; autograd differentiates."""
-    b, t, _ = x.shape
-    h, hd = layer.heads, layer.head_dim
-    valid = torch.ones(b, t, dtype=torch.bool) if mask is None else mask
-    keep = valid[..., None]
-    x_in = torch.where(keep, x, torch.zeros((), dtype=x.dtype))
-    z = layer.in_proj(x_in).view(b, t, h, hd).transpose(1, 2)               # (B, H, T, hd)
-    p = layer.prototypes                                                    # (H, K, hd)
-    d = ((z[:, :, :, None, :] - p[None, :, None]) ** 2).sum(-1)             # (B, H, T, K)
-    w = valid[:, None, :, None].to(x.dtype)
-    q = torch.softmax(-d / layer.current_temperature(), -1) * w
-    mu = q @ p                                                              # (B, H, T, hd)
-    n = valid.sum().clamp_min(1) * h
-    l_q = (q * d).sum() / n
-    l_ols = (((z - mu) ** 2) * w).sum() / n
-    v = (q * ((p[None, :, None] - mu[..., None, :]) ** 2).sum(-1)).sum() / n
-    y = layer.out_proj(mu.transpose(1, 2).reshape(b, t, h * hd))
-    y = torch.where(keep, y, torch.zeros((), dtype=y.dtype))
-    pooled = y.sum(1) / valid.sum(1, keepdim=True).clamp_min(1).to(y.dtype)
-    out = torch.where(keep, layer.norm(x_in + y), torch.zeros((), dtype=y.dtype))
-    return {"output": out, "assignments": q, "pooled": pooled, "z": z, "centroids": mu,
-            "l_q": l_q, "l_ols": l_ols, "v": v}
-
-
 def _as_dict(out) -> dict:
     return {"output": out.output, "assignments": out.assignments, "pooled": out.pooled,
             "z": out.z, "centroids": out.centroids, "l_q": out.losses.l_q,
@@ -81,27 +56,71 @@ def small_chunks(monkeypatch):
     monkeypatch.setattr(ddcl_fused, "_CHUNK_ELEMENTS", 8)
 
 
+TAILS = {"residual_and_norm": {}, "bare": {"residual": False, "norm": False},
+         "no_projections": {"projections": False}}
+
+
 @pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("heads", [1, 2])
+@pytest.mark.parametrize("tail", sorted(TAILS))
 @pytest.mark.parametrize("learnable", [False, True])
 @pytest.mark.parametrize("chunked", [False, True])
-def test_values_and_gradients_equal_the_explicit_reference_float64(masked, learnable, chunked,
-                                                                   request):
+def test_fused_path_equals_the_explicit_path_on_values_and_float64_gradients(
+        masked, heads, tail, learnable, chunked, request):
+    """Every output and the gradients of x and of every parameter (projections, prototypes,
+    LayerNorm, log_tau) agree; the mask has a fully masked row."""
     if chunked:
         request.getfixturevalue("small_chunks")
-    layer = _layer(dim=6, k=4, heads=2, temperature=0.7, learnable_temperature=learnable)
+    layer = _layer(dim=6, k=4, heads=heads, temperature=0.7, learnable_temperature=learnable,
+                   **TAILS[tail])
     mask = _mask() if masked else None
     params = dict(layer.named_parameters())
+    assert ("temperature.log_tau" in params) == learnable
     results = []
-    for fn in (lambda x: _as_dict(layer(x, mask)), lambda x: reference(layer, x, mask)):
+    for explicit in (False, True):
+        layer.explicit = explicit
         x = _x().requires_grad_(True)
-        outs = fn(x)
+        outs = _as_dict(layer(x, mask))
         grads = torch.autograd.grad(_weighted_sum(outs), [x, *params.values()])
         results.append((outs, grads))
     (got, g_got), (want, g_want) = results
+    assert got.keys() == want.keys()
     for name in want:
+        assert got[name].dtype == want[name].dtype, name
         torch.testing.assert_close(got[name], want[name], rtol=1e-10, atol=1e-12, msg=name)
     for name, a, b in zip(["x", *params], g_got, g_want):
+        assert bool(b.abs().sum() > 0), f"gradient of {name} is zero"     # not vacuous
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-11, msg=f"gradient of {name}")
+
+
+def test_explicit_path_is_the_definition_written_with_direct_differences():
+    """The explicit path against ||z - p||^2 written out (no norm expansion, no shift)."""
+    layer = _layer(dim=6, k=4, heads=2, temperature=0.7, explicit=True)
+    x, mask = _x(), _mask()
+    out = layer(x, mask)
+    z = layer.in_proj(torch.where(mask[..., None], x, 0.0)).view(3, 7, 2, 3).transpose(1, 2)
+    d = ((z[..., None, :] - layer.prototypes[None, :, None]) ** 2).sum(-1)     # (B, H, T, K)
+    w = mask[:, None, :, None].to(x.dtype)
+    q = torch.softmax(-d / layer.temperature(), -1) * w
+    mu = q @ layer.prototypes
+    n = mask.sum() * 2
+    torch.testing.assert_close(out.assignments, q, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(out.centroids, mu, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(out.losses.l_q, (q * d).sum() / n, rtol=1e-12, atol=0)
+    torch.testing.assert_close(out.losses.l_ols, (((z - mu) ** 2) * w).sum() / n, rtol=1e-12,
+                               atol=0)
+    spread = ((layer.prototypes[None, :, None] - mu[..., None, :]) ** 2).sum(-1)
+    torch.testing.assert_close(out.losses.v, (q * spread).sum() / n, rtol=1e-12, atol=0)
+
+
+def test_gradcheck_of_the_fused_function_float64_masked_and_chunked(small_chunks):
+    g = torch.Generator().manual_seed(4)
+    z = torch.randn(5, 6, generator=g, dtype=torch.float64, requires_grad=True)
+    protos = torch.randn(2, 3, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    tau = torch.tensor(0.8, dtype=torch.float64, requires_grad=True)
+    weight = torch.tensor([True, False, True, True, False])
+    assert torch.autograd.gradcheck(
+        lambda a, b, c: ddcl_fused.prototype_readout(a, b, c, weight), (z, protos, tau))
 
 
 @pytest.mark.usefixtures("small_chunks")
@@ -111,13 +130,13 @@ def test_gradcheck_every_output_float64_masked_and_chunked():
     x = _x(b=2, t=4, dim=4).requires_grad_(True)
 
     def f(inp, protos, log_tau):
-        out = torch.func.functional_call(layer, {"prototypes": protos, "log_temperature": log_tau},
-                                         (inp, mask))
+        out = torch.func.functional_call(
+            layer, {"prototypes": protos, "temperature.log_tau": log_tau}, (inp, mask))
         return (out.output, out.assignments, out.centroids, out.pooled, out.losses.l_q,
                 out.losses.l_ols, out.losses.v)
 
     protos = layer.prototypes.detach().clone().requires_grad_(True)
-    log_tau = layer.log_temperature.detach().clone().requires_grad_(True)
+    log_tau = layer.temperature.log_tau.detach().clone().requires_grad_(True)
     assert torch.autograd.gradcheck(f, (x, protos, log_tau))
 
 
@@ -144,7 +163,7 @@ def test_forward_and_backward_run_no_synchronising_op(masked, temperature):
           "schedule": {"temperature": lambda step: 1.0 / (1 + step)}}[temperature]
     layer = _layer(dtype=torch.float32, **kw)
     if temperature == "schedule":
-        layer.advance_schedule(2)
+        layer.temperature.advance(2)
     x = _x(dtype=torch.float32).requires_grad_(True)
     mask = _mask() if masked else None
     with _OpRecorder() as fwd:
@@ -230,31 +249,6 @@ def test_tiny_assignments_are_flushed_to_zero_and_rows_still_sum_to_one():
     assert bool(((q == 0) | (q >= tiny)).all())
     assert bool((q == 0).any())                                         # the flush happened
     torch.testing.assert_close(q.sum(-1), torch.ones(q.shape[:-1]), rtol=0, atol=1e-6)
-
-
-def test_schedule_is_checked_in_python_and_survives_a_state_dict_round_trip():
-    sched = lambda step: 1.0 - 0.25 * step                                # noqa: E731
-    layer = _layer(temperature=sched)
-    assert layer.advance_schedule(2) == 2 and layer.temperature == pytest.approx(0.5)
-    out = layer(_x())
-    assert bool(torch.isfinite(out.output).all())
-    layer.advance_schedule(2)                                          # tau = 0: bad
-    with pytest.raises(ValueError, match="temperature"):
-        layer(_x())
-    with pytest.raises(ValueError, match="temperature"):
-        layer.current_temperature()
-
-    twin = _layer(temperature=sched, seed=1)
-    state = _layer(temperature=sched).state_dict()
-    state["temperature_step"].fill_(3)
-    state["_fixed_temperature"].fill_(float("nan"))                     # as older versions saved
-    twin.load_state_dict(state)
-    assert twin.advance_schedule(0) == 3
-    assert twin.temperature == pytest.approx(0.25)
-    assert float(twin.current_temperature()) == pytest.approx(0.25)
-    layer.set_temperature(0.3)                                         # replaces the bad schedule
-    assert layer.temperature == pytest.approx(0.3)
-    layer(_x())
 
 
 def test_half_precision_inputs_compute_in_float32_and_return_their_dtype():

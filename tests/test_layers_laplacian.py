@@ -54,23 +54,30 @@ def _manual(layer: LaplacianAttention, x: torch.Tensor, p: torch.Tensor) -> torc
     (dict(dim=8, heads=2, laplacian_heads=3), "laplacian_heads"),
     (dict(dim=8, heads=2, laplacian_heads=-1), "laplacian_heads"),
     (dict(dim=8, heads=2, laplacian_heads=1.0), "laplacian_heads"),
+    (dict(dim=8, heads=2, laplacian_heads=True), "laplacian_heads"),
     (dict(dim=8, heads=2, dropout=1.0), "dropout"),
+    (dict(dim=8, heads=2, dropout="0.1"), "dropout"),
 ])
 def test_constructor_rejects_bad_arguments_naming_them(kwargs, name):
-    with pytest.raises(ValueError, match=name):
+    with pytest.raises(ValueError, match=f"^{name}: expected"):
         LaplacianAttention(**kwargs)
+
+
+def test_dim_must_be_a_multiple_of_heads():
+    with pytest.raises(ValueError, match="^dim: expected a multiple of heads=4, got 10$"):
+        LaplacianAttention(10, 4)
 
 
 @pytest.mark.parametrize("x_shape", [(5, 8), (2, 5, 9), (1, 2, 5, 8)])
 def test_forward_rejects_wrong_x_shape(x_shape):
-    with pytest.raises(ValueError, match="x"):
+    with pytest.raises(ValueError, match=r"^x: expected shape \(B, T, 8\)"):
         LaplacianAttention(8, 2)(torch.randn(*x_shape))
 
 
 @pytest.mark.parametrize("mask", [torch.ones(2, 4, dtype=torch.bool), torch.ones(5, dtype=torch.bool),
                                   torch.ones(2, 5)])
 def test_forward_rejects_wrong_mask(mask):
-    with pytest.raises(ValueError, match="mask"):
+    with pytest.raises(ValueError, match="^mask: expected"):
         LaplacianAttention(8, 2)(torch.randn(2, 5, 8), mask)
 
 

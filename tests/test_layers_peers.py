@@ -292,15 +292,15 @@ def test_float64_gradcheck_with_respect_to_the_bank(kind):
 @pytest.mark.parametrize("kind", ALL)
 def test_bad_forward_inputs_raise_naming_them(kind):
     layer = _make(kind)
-    with pytest.raises(ValueError, match="x"):
+    with pytest.raises(ValueError, match="^x: expected shape"):
         layer(torch.randn(5, DIM, dtype=torch.float64))
-    with pytest.raises(ValueError, match="x"):
+    with pytest.raises(ValueError, match="^x: expected shape"):
         layer(torch.randn(2, 5, DIM + 1, dtype=torch.float64))
-    with pytest.raises(ValueError, match="x"):
+    with pytest.raises(ValueError, match="^x: expected a floating-point tensor"):
         layer(torch.ones(2, 5, DIM, dtype=torch.long))
-    with pytest.raises(ValueError, match="mask"):
+    with pytest.raises(ValueError, match="^mask: expected a bool tensor"):
         layer(_x(), torch.ones(3, 5))
-    with pytest.raises(ValueError, match="mask"):
+    with pytest.raises(ValueError, match="^mask: expected shape"):
         layer(_x(), torch.ones(3, 4, dtype=torch.bool))
 
 
@@ -308,15 +308,17 @@ def test_bad_constructor_arguments_raise_naming_them():
     for kwargs, name in [({"num_slots": 0}, "num_slots"), ({"iterations": 0}, "iterations"),
                          ({"temperature": 0.0}, "temperature"), ({"init": "zeros"}, "init"),
                          ({"init_std": -1.0}, "init_std"), ({"temperature": float("nan")},
-                                                             "temperature")]:
+                                                             "temperature"),
+                         ({"eps": True}, "eps"), ({"mlp_hidden": 0}, "mlp_hidden")]:
         args = {"dim": DIM, "num_slots": 3} | kwargs
-        with pytest.raises(ValueError, match=name):
+        with pytest.raises(ValueError, match=f"^{name}: expected"):
             SlotAttentionReadout(**args)
     for kwargs, name in [({"num_latents": 0}, "num_latents"), ({"softmax_over": "heads"},
                                                               "softmax_over"),
-                         ({"temperature": -1.0}, "temperature"), ({"dim": 2.5}, "dim")]:
+                         ({"temperature": -1.0}, "temperature"), ({"dim": 2.5}, "dim"),
+                         ({"latent_std": float("inf")}, "latent_std")]:
         args = {"dim": DIM, "num_latents": 3} | kwargs
-        with pytest.raises(ValueError, match=name):
+        with pytest.raises(ValueError, match=f"^{name}: expected"):
             PerceiverReadout(**args)
     with pytest.raises(ValueError, match="heads"):
         DDCLReadoutAdapter(DIM, 3, heads=2)
@@ -369,10 +371,13 @@ def test_peer_settings_come_from_the_profile_and_validate(monkeypatch):
     for kwargs, name in [({"readouts": ("ddcl", "vq")}, "readouts"), ({"lr": 0.0}, "lr"),
                          ({"bank_init": "same"}, "bank_init"), ({"num_slots": 0}, "num_slots"),
                          ({"perceiver_softmax": "x"}, "perceiver_softmax"),
-                         ({"ddcl_lam": -1.0}, "ddcl_lam"), ({"cost_lengths": ()}, "cost_lengths")]:
-        with pytest.raises(ValueError, match=name):
+                         ({"ddcl_lam": -1.0}, "ddcl_lam"), ({"cost_lengths": ()}, "cost_lengths"),
+                         ({"lr_bank": math.inf}, "lr_bank"), ({"seed": -1}, "seed"),
+                         ({"label_smoothing": 1.0}, "label_smoothing"),
+                         ({"measure_sequences": True}, "measure_sequences")]:
+        with pytest.raises(ValueError, match=rf"PeerSettings\.{name}: expected"):
             pr.PeerSettings(**kwargs)
-    with pytest.raises(ValueError, match="overrides"):
+    with pytest.raises(ValueError, match=r"unknown field\(s\) \[.speed.\]"):
         pr.PeerSettings.from_profile(speed=3)
 
 
@@ -395,7 +400,7 @@ def tiny_run():
     data = pr.synthetic_tokens(48, 8, in_dim=4, seed=0)
     test = pr.synthetic_tokens(24, 8, in_dim=4, seed=1)
     s = pr.PeerSettings(num_slots=3, dim=8, hidden=8, epochs=2, batch_size=16, eval_batch=20)
-    return s, pr.run(data, s, test)
+    return s, pr.compare_readouts(data, s, test)
 
 
 def test_run_trains_the_three_readouts_and_records_collapse_every_epoch(tiny_run):
@@ -518,7 +523,7 @@ def test_trimming_all_padding_columns_leaves_every_readout_output_unchanged(kind
     mask = torch.zeros(3, 7, dtype=torch.bool)
     mask[0, :4], mask[1, :2], mask[2, :3] = True, True, True
     x = torch.where(mask[..., None], x, torch.zeros(()))
-    xt, mt = pr.model._trim(x, mask)
+    xt, mt = pr.model.trim_padding(x, mask)
     assert xt.shape == (3, 4, DIM) and mt.shape == (3, 4)
     full, short = _call(layer, x, mask), _call(layer, xt, mt)
     torch.testing.assert_close(short.pooled, full.pooled)
@@ -537,7 +542,7 @@ def test_ddcl_critical_temperature_is_that_of_the_trained_l_q_on_the_projected_t
     t_q = critical_temperature(z, objective="quantisation")        # 4 lambda_max: L_q, q live
     assert pr.ddcl_critical_temperature(model, data) == t_q
     assert t_q == pytest.approx(2 * pr.ddcl_critical_temperature(model, data, "free_energy"))
-    assert pr.critical_ratio(model, data) == model.readout.layer.temperature / t_q
+    assert pr.critical_ratio(model, data) == model.readout.layer.temperature.value / t_q
     one = pr.TokenSet(data.tokens[:1, :1], data.mask[:1, :1], data.labels[:1])
     with pytest.raises(ValueError, match="data"):
         pr.ddcl_critical_temperature(model, one)
@@ -569,7 +574,7 @@ def test_trace_temperature_lloyd_start_and_cosine_schedule():
     first = pr.TokenSet(data.tokens[:10], data.mask[:10], data.labels[:10])
     rel = dataclasses.replace(s, ddcl_relative_temperature=0.25)      # T_c of the first 10
     model = _initial_model("ddcl", data, rel, 3, torch.Generator().manual_seed(0))
-    assert model.readout.layer.temperature == pytest.approx(
+    assert model.readout.layer.temperature.value == pytest.approx(
         0.25 * pr.ddcl_critical_temperature(model, first), rel=1e-6)
     assert 1 <= hist.final.usage_perplexity <= 3
     assert hist.final.normalised_usage == pytest.approx(hist.final.usage_perplexity / 3)
@@ -638,7 +643,10 @@ def test_study_settings_come_from_the_profile_and_smoke_shrinks_only_budgets(mon
     assert smoke.text_dim == paper.text_dim and smoke.ng_max_length == paper.ng_max_length
     assert smoke.epochs < paper.epochs and set(smoke.cost_lengths) < set(paper.cost_lengths)
     assert pr.StudySettings.from_profile(epochs=2).epochs == 2
-    with pytest.raises(ValueError, match="overrides"):
+    monkeypatch.delenv(profile.SMOKE_ENV)
+    monkeypatch.setenv(profile.PROFILE_ENV, "cpu")
+    assert pr.StudySettings() == cpu and pr.PeerSettings() == pr.PeerSettings.from_profile()
+    with pytest.raises(ValueError, match=r"unknown field\(s\) \[.speed.\]"):
         pr.StudySettings.from_profile(speed=1)
 
 
@@ -679,8 +687,10 @@ def test_study_settings_validate_and_give_each_task_its_readout_shape():
                          ({"lr": -1.0}, "lr"), ({"cost_lengths": (0,)}, "cost_lengths"),
                          ({"warmup": -1}, "warmup"), ({"ddcl_lam": -0.1}, "ddcl_lam"),
                          ({"decide_task": "sst2", "tasks": ("20ng",)}, "decide_task"),
-                         ({"tune_lrs": ()}, "tune_lrs"), ({"tune_fraction": 1.0}, "tune_fraction")]:
-        with pytest.raises(ValueError, match=name):
+                         ({"tune_lrs": ()}, "tune_lrs"), ({"tune_fraction": 1.0}, "tune_fraction"),
+                         ({"tune_lrs": (1e-3, math.inf)}, "tune_lrs"),
+                         ({"sweep_seeds": (0, -1)}, "sweep_seeds")]:
+        with pytest.raises(ValueError, match=rf"StudySettings\.{name}: expected"):
             pr.StudySettings(**kwargs)
     with pytest.raises(ValueError, match="task"):
         s.task_shape("imdb")

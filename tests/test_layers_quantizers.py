@@ -13,6 +13,7 @@ from ddcl_theory.layers.quantizers import (
     HardVQ,
     SoftDDCLQuantizer,
     make_quantizer,
+    soft_centroid_jacobian,
 )
 
 
@@ -44,17 +45,32 @@ def test_quantizers_reject_tokens_of_the_wrong_shape(kind):
 
 
 def test_make_quantizer_rejects_an_unknown_kind():
-    with pytest.raises(ValueError, match="kind"):
+    with pytest.raises(ValueError, match=r"^kind: expected one of \('soft', 'hard', 'ema'\)"):
         make_quantizer("gumbel", 3, 4)
 
 
 def test_quantizer_arguments_are_checked():
-    with pytest.raises(ValueError, match="num_codes"):
+    with pytest.raises(ValueError, match="^num_codes: expected an int >= 1"):
         HardVQ(3, 0)
-    with pytest.raises(ValueError, match="beta"):
+    with pytest.raises(ValueError, match="^dim: expected an int >= 1"):
+        SoftDDCLQuantizer(True, 4)
+    with pytest.raises(ValueError, match="^beta: expected a finite number >= 0"):
         SoftDDCLQuantizer(3, 4, beta=-1.0)
-    with pytest.raises(ValueError, match="decay"):
+    with pytest.raises(ValueError, match=r"^decay: expected a number in \(0, 1\)"):
         EMAVectorQuantizer(3, 4, decay=1.5)
+    with pytest.raises(ValueError, match="^commitment_weight: expected a finite number >= 0"):
+        EMAVectorQuantizer(3, 4, commitment_weight=float("nan"))
+    with pytest.raises(ValueError, match="^threshold_ema_dead_code: expected"):
+        EMAVectorQuantizer(3, 4, threshold_ema_dead_code=-2.0)
+    with pytest.raises(ValueError, match="^z: expected a floating-point tensor"):
+        HardVQ(3, 4)(torch.ones(2, 5, 3, dtype=torch.long))
+
+
+def test_soft_centroid_jacobian_checks_the_token_and_the_bank():
+    with pytest.raises(ValueError, match=r"^z: expected shape \(D,\), got \(1, 3\)"):
+        soft_centroid_jacobian(torch.zeros(1, 3), torch.zeros(4, 3), 1.0)
+    with pytest.raises(ValueError, match=r"^prototypes: expected shape \(K, 3\), got \(4, 2\)"):
+        soft_centroid_jacobian(torch.zeros(3), torch.zeros(4, 2), 1.0)
 
 
 def test_soft_output_is_the_soft_centroid_of_the_bank():

@@ -201,11 +201,38 @@ def test_committed_claims_json_matches_the_verdict_files():
         assert {"id", "verdict", "evidence", "paper_value", "our_value"} <= set(row)
 
 
-def test_the_empirical_claims_of_issue_14_have_rules():
-    assert set(claims.RULES) == {"D9", "D11", "D13", "D14", "D15", "D17", "L6", "L7", "L8",
-                                 "L9", "L10", "X2"}
-    assert claims.rule_of("D3") is None and claims.rule_of("D9") is claims.RULES["D9"]
-    assert claims.EMPIRICAL_FIELDS == ("rule", "n_seeds", "interval", "scale", "trend")
+def test_every_empirical_claim_has_a_rule_and_the_registered_edition_comes_first(monkeypatch):
+    assert all(claims.rule_of(c) is not None for c in claims.EMPIRICAL if c not in ("D10", "D12"))
+    assert claims.rule_of("D3") is None
+    assert claims.EMPIRICAL_FIELDS == ("rule", "n_seeds", "interval", "scale", "trend", "phase",
+                                       "tests")
+    from ddcl_theory.ledger import rules
+    from ddcl_theory.ledger.design import Rule, Test
+    second = Rule((Test("x", ">"),), n_seeds=10, scales="s")
+    monkeypatch.setitem(rules.RULES, "D9", second)
+    assert claims.rule_of("D9") is second
+
+
+def test_record_keeps_tests_gates_and_phase_and_save_writes_the_per_seed_values(tmp_path):
+    import numpy as np
+    from ddcl_theory.ledger.design import Gate, Rule, Test
+    from ddcl_theory.ledger.verdict import Verdict
+    rule = Rule((Test("gain", ">", sesoi=0.1, why="half the paper's"),), n_seeds=5, scales="s")
+    values = [0.2, 0.25, 0.3, 0.22, 0.28]
+    res = rule.evaluate([np.array(values)])
+    gate = Gate("converged", True, "5 of 5")
+    chapter = claims.Chapter("timescales")
+    chapter.record(Verdict("D9", rule.word(res, [gate]), "e", tests=tuple(res), gates=(gate,),
+                           per_seed={"gain": values}))
+    path = chapter.save(tmp_path / "verdicts")
+    row = json.loads(path.read_text())[0]
+    assert row["verdict"] == "reproduced" and row["decision"]["phase"] == "exploratory"
+    assert row["decision"]["tests"][0]["interval"] == res[0].interval
+    assert row["decision"]["gates"] == [gate.to_dict()]
+    assert json.loads((tmp_path / "seeds" / "D9.json").read_text()) == {"gain": values}
+    assert claims.phase_of("reference") == "confirmatory"
+    with pytest.raises(ValueError, match="profile_name"):
+        claims.phase_of("gpu")
 
 
 def test_a_rule_combines_its_tests_by_rule_4():
@@ -273,7 +300,8 @@ def test_ledger_table_with_reference_and_paper_columns_parses(tmp_path, book_rol
     assert d13[2] == "inconclusive (paper)" and d13[4] == "qualified 0.8 → 0.9"
     assert d13[5] == "reproduced 0.8 → 0.9" and d13[6] == "inconclusive 0.8 → 0.9"
     entries = _parse_myst(claims.ledger_entries_markdown(ledger)).astext()
-    assert "At reference scale" in entries and "Rule (fixed before the run)" in entries
+    assert "Evidence of record (paper run)" in entries and "Rule." in entries
+    assert "Reference run: reproduced" in entries and "cpu run (exploratory): qualified" in entries
 
 
 def test_binding_names_the_test_that_decides_the_word():

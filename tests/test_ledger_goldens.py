@@ -5,6 +5,7 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 
 from ddcl_theory.ledger import goldens
@@ -64,6 +65,7 @@ def test_reference_write_defaults_to_build_reference_and_commits_provenance(monk
 
     monkeypatch.setenv(paths.RESULTS_ENV, str(tmp_path))
     monkeypatch.setenv(profile.PROFILE_ENV, "reference")
+    monkeypatch.setenv(goldens.ALLOW_DIRTY_ENV, "1")        # the checkout may be mid-change
     monkeypatch.setattr(goldens, "write", fake_write)
     monkeypatch.setattr(goldens, "notebooks_dir", lambda: tmp_path / "nb" / "notebooks")
     (tmp_path / "nb" / "notebooks").mkdir(parents=True)
@@ -76,3 +78,14 @@ def test_reference_write_defaults_to_build_reference_and_commits_provenance(monk
     assert "ddcl_theory.experiments.orbital_debris" in prov["digests"]
     assert goldens.main(["write", "orbital_debris"]) == 0       # same provenance: skipped
     assert len(calls) == 1
+
+
+def test_a_reference_run_refuses_uncommitted_code(monkeypatch):
+    from ddcl_theory.runtime import profile, provenance
+    monkeypatch.setenv(profile.PROFILE_ENV, "reference")
+    monkeypatch.delenv(goldens.ALLOW_DIRTY_ENV, raising=False)
+    monkeypatch.setattr(provenance, "git_commit", lambda: ("a" * 40, True))
+    with pytest.raises(SystemExit, match="clean, committed tree"):
+        goldens.main(["write", "orbital_debris"])
+    monkeypatch.setattr(provenance, "git_commit", lambda: ("a" * 40, False))
+    goldens.require_clean_tree()                  # committed code (results aside) passes

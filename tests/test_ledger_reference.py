@@ -155,9 +155,10 @@ def test_ledger_takes_the_verdict_from_the_largest_scale_that_ran(tmp_path):
     assert "{verdict}`reproduced` (reference)" in row and "{verdict}`qualified` a value" in row
     entries = claims.ledger_entries_markdown(ledger)
     d9_entry = entries.split("(ledger-d9)=")[1].split("(ledger-d10)=")[0]
-    assert "**Rule (fixed before the run).**" in d9_entry and "[0.1, 0.4]" in d9_entry
-    assert "**At reference scale:**" in d9_entry and "**Verdict taken from:** the reference" \
-        in d9_entry
+    assert "**Rule.**" in d9_entry and "[0.1, 0.4]" in d9_entry
+    assert "**Evidence of record (reference run).**" in d9_entry
+    assert "**cpu run (exploratory):** {verdict}`qualified` a value" in d9_entry
+    assert d9_entry.count("a value") == 1 + d9_entry.count("**Ours:**")   # each said once
     assert "500 steps: 0.05" in d9_entry and "10 seed(s) (the rule asks 10)" in d9_entry
 
 

@@ -10,7 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ddcl_theory.models.char_gpt import CharGPT
-from ddcl_theory.models.transformer import laplacian_heads_per_layer, value_output_maps
+from ddcl_theory.models.ddcl_transformer import DDCLTransformer
+from ddcl_theory.models.transformer import (TransformerBlock, TransformerStack,
+                                            laplacian_heads_per_layer, value_output_maps)
 from ddcl_theory.models.vit import ViT
 
 
@@ -29,8 +31,20 @@ def test_laplacian_heads_int_is_broadcast_and_list_is_kept():
 
 @pytest.mark.parametrize("bad", [[1, 2], 5, -1, [0, 0, 9], True, [0.5, 1, 1]])
 def test_laplacian_heads_bad_values_raise(bad):
-    with pytest.raises(ValueError, match="laplacian_heads"):
+    with pytest.raises(ValueError, match=r"^laplacian_heads(\[\d\])?: expected"):
         laplacian_heads_per_layer(bad, depth=3, heads=4)
+
+
+def test_laplacian_heads_errors_name_the_layer_of_a_bad_value():
+    with pytest.raises(ValueError, match=r"^laplacian_heads\[2\]: expected an int in \[0, 4\]"):
+        laplacian_heads_per_layer([0, 1, 9], depth=3, heads=4)
+
+
+def test_blocks_and_stacks_check_their_sizes():
+    with pytest.raises(ValueError, match="^mlp_ratio: expected an int >= 1"):
+        TransformerBlock(8, 2, mlp_ratio=0)
+    with pytest.raises(ValueError, match="^depth: expected an int >= 1"):
+        TransformerStack(8, True, 2)
 
 
 # ---------------------------------------------------------------- ViT
@@ -48,10 +62,12 @@ def test_vit_shapes_and_hidden_states(pool, extra):
 
 def test_vit_rejects_wrong_input_shape():
     model = ViT(16, 48, 10, dim=16, depth=1, heads=2)
-    with pytest.raises(ValueError, match="patches"):
+    with pytest.raises(ValueError, match=r"^patches: expected shape \(B, 16, 48\)"):
         model(torch.randn(2, 15, 48))
-    with pytest.raises(ValueError, match="pool"):
+    with pytest.raises(ValueError, match="^pool: expected one of"):
         ViT(16, 48, 10, pool="max")
+    with pytest.raises(ValueError, match="^num_classes: expected an int >= 1"):
+        ViT(16, 48, 0)
 
 
 @pytest.mark.parametrize("pool", ["mean", "cls"])
@@ -118,10 +134,28 @@ def test_gpt_weight_tying_and_initial_loss_near_uniform():
 
 def test_gpt_rejects_bad_input():
     model = CharGPT(10, 8, dim=8, depth=1, heads=2)
-    with pytest.raises(ValueError, match="idx"):
+    with pytest.raises(ValueError, match=r"^idx: length T \(at most block_size\): .*\[1, 8\]"):
         model(torch.zeros(2, 9, dtype=torch.long))
-    with pytest.raises(ValueError, match="idx"):
+    with pytest.raises(ValueError, match="^idx: expected dtype torch.int64"):
         model(torch.zeros(2, 4))
+    with pytest.raises(ValueError, match=r"^idx: expected shape \(B, T\)"):
+        model(torch.zeros(4, dtype=torch.long))
+    with pytest.raises(ValueError, match="^vocab_size: expected an int >= 1"):
+        CharGPT(True, 8)
+
+
+# ---------------------------------------------------------------- DDCL transformer
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(readout="max"), "^readout: expected one of"),
+    (dict(depth=0), "^depth: expected an int >= 1"),
+    (dict(ddcl_block_after=2), r"^ddcl_block_after \(None for no block\): .*\[0, 1\]"),
+    (dict(ddcl_block_after=0.5), "^ddcl_block_after"),
+    (dict(vocab_size=10), "^input_dim: give exactly one"),
+])
+def test_ddcl_transformer_checks_its_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        DDCLTransformer(3, 8, **({"input_dim": 4, "depth": 2} | kwargs))
 
 
 def test_gpt_trains_down_on_a_repeating_pattern():

@@ -32,7 +32,7 @@ def test_loss_is_cross_entropy_with_sharpened_centred_teacher():
     uniform = dino.dino_loss(torch.zeros(2, 8), torch.zeros(2, 8), torch.zeros(8),
                              student_temp=0.1, teacher_temp=0.04)
     assert uniform.item() == pytest.approx(math.log(8))
-    with pytest.raises(ValueError, match="teacher_logits"):
+    with pytest.raises(ValueError, match=r"^teacher_logits: expected shape \(4, 8\), got \(4, 4\)"):
         dino.dino_loss(s, t[:, :4], center, student_temp=0.1, teacher_temp=0.04)
 
 
@@ -55,7 +55,11 @@ def test_entropies_in_range_and_arguments_checked():
     pair = dino.SelfDistillation(small())
     per_image, of_mean = pair.teacher_entropies(torch.randn(6, 16, 12))
     assert 0 <= per_image <= of_mean + 1e-6 <= math.log(8) + 1e-6
-    with pytest.raises(ValueError, match="momentum"):
+    with pytest.raises(ValueError, match=r"^momentum: expected a number in \[0, 1\)"):
         dino.SelfDistillation(small(), momentum=1.0)
-    with pytest.raises(ValueError, match="teacher_temp"):
+    with pytest.raises(ValueError, match=r"^center_momentum: expected a number in \[0, 1\)"):
+        dino.SelfDistillation(small(), center_momentum=-0.1)
+    with pytest.raises(ValueError, match=r"^teacher_temp \(at most student_temp\): .*\(0, 0.1\]"):
         dino.SelfDistillation(small(), teacher_temp=0.5, student_temp=0.1)
+    with pytest.raises(ValueError, match="^student_temp: expected a finite number > 0"):
+        dino.SelfDistillation(small(), teacher_temp=-0.5, student_temp=-0.1)

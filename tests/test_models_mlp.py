@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ddcl_theory.models.mlp import QuantizedMLPAutoencoder
+from ddcl_theory.models.mlp import QuantizedMLPAutoencoder, TokenMLP
 
 
 def test_quantized_autoencoder_reconstructs_rows_from_the_soft_centroids():
@@ -33,9 +33,20 @@ def test_quantized_autoencoder_gradient_reaches_encoder_decoder_and_bank():
 
 
 def test_quantized_autoencoder_checks_its_arguments():
-    with pytest.raises(ValueError, match="hidden"):
+    with pytest.raises(ValueError, match="^hidden: expected an int >= 1"):
         QuantizedMLPAutoencoder(5, 4, hidden=0, latent=3)
-    with pytest.raises(ValueError, match="num_codes"):
+    with pytest.raises(ValueError, match="^num_codes: expected an int >= 1"):
         QuantizedMLPAutoencoder(5, True, hidden=8, latent=3)
-    with pytest.raises(ValueError, match="x"):
+    with pytest.raises(ValueError, match=r"^x: expected shape \(N, F\)"):
         QuantizedMLPAutoencoder(5, 4, hidden=8, latent=3)(torch.randn(2, 3, 5))
+
+
+def test_token_mlp_maps_each_token_and_checks_its_arguments():
+    torch.manual_seed(0)
+    model = TokenMLP(4, 8, 2)
+    x = torch.randn(3, 5, 4)
+    assert torch.allclose(model(x)[1, 2], model(x[1:2, 2:3])[0, 0])
+    with pytest.raises(ValueError, match="^d_out: expected an int >= 1"):
+        TokenMLP(4, 8, 0)
+    with pytest.raises(ValueError, match=r"^x: expected shape \(B, T, d_in\)"):
+        model(torch.randn(5, 4))

@@ -31,8 +31,10 @@ def test_tokens_are_the_encoder_grid_read_row_by_row():
 
 def test_vqvae_rejects_bad_images_and_mismatched_sizes():
     model = VQVAE(HardVQ(4, 8), hidden=8, latent_dim=4)
-    with pytest.raises(ValueError, match="images"):
+    with pytest.raises(ValueError, match=r"^images: expected shape \(B, 3, H, W\)"):
         model(torch.randn(2, 1, 16, 16))                      # wrong channels
+    with pytest.raises(ValueError, match="^images: expected a tensor"):
+        model([[0.0]])
     with pytest.raises(ValueError, match="multiples of 4"):
         model(torch.randn(2, 3, 10, 16))
     with pytest.raises(ValueError, match="latent_dim"):

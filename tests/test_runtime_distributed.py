@@ -32,9 +32,9 @@ def _worker(rank: int, port: int, out_dir: str, steps: int) -> None:
         report = ddp_check.train(ddp_check.DDPSettings(steps=steps))
         # a rank that advanced its schedule differently is realigned by the one collective
         model = ddp_check.TinyReadoutClassifier(ddp_check.DDPSettings())
-        model.ddcl.advance_schedule(3 + rank)               # rank 1 is one step ahead
+        model.ddcl.temperature.advance(3 + rank)            # rank 1 is one step ahead
         report["synced_steps"] = ddp_tools.sync_temperature_steps(model)
-        report["synced_temperature"] = model.ddcl.temperature
+        report["synced_temperature"] = model.ddcl.temperature.value
         torch.save(report, Path(out_dir) / f"rank{rank}.pt")
     finally:
         dist.destroy_process_group()
@@ -57,7 +57,7 @@ def test_two_gloo_ranks_end_with_identical_parameters_and_buffers(tmp_path):
         assert torch.equal(a["state"][name], b["state"][name]), name
     assert a["replica_max_difference"] == 0.0
     assert a["step"] == b["step"] == steps
-    assert int(a["state"]["ddcl.temperature_step"]) == steps
+    assert int(a["state"]["ddcl.temperature.step"]) == steps
     assert a["temperature"] == pytest.approx(ddp_check.cooling_schedule(steps))
 
     # training moved the prototypes away from the (shared) initial bank
@@ -78,4 +78,4 @@ def test_helpers_refuse_to_run_without_a_process_group():
                ddp_tools.replica_max_difference):
         with pytest.raises(RuntimeError, match="init_process_group"):
             fn(model)
-    assert [type(m).__name__ for m in ddp_tools.scheduled_layers(model)] == ["DDCLAttention"]
+    assert [type(m).__name__ for m in ddp_tools.temperatures(model)] == ["Temperature"]

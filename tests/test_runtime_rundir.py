@@ -441,7 +441,8 @@ def test_ledger_shows_paper_profile_verdicts_beside_cpu_ones_only_when_they_exis
     assert all(sum(line.startswith("  -") for line in r.split("\n")) == 5 for r in rows)
     assert "  - ours at paper scale" in table and "{verdict}`reproduced` \\+2.5 points" in table
     entries = claims.ledger_entries_markdown(ledger)
-    assert "**At paper scale:** {verdict}`reproduced`" in entries
+    assert "**Evidence of record (paper run).**" in entries
+    assert "**cpu run (exploratory):**" in entries
 
     monkeypatch.setenv(claims.PAPER_LEDGER_ENV, "0")
     assert not claims.has_paper_profile(claims.build_ledger())
@@ -501,22 +502,22 @@ def test_interrupted_annealing_resumes_at_the_next_temperature(paper_on_cpu, mon
         assert np.array_equal(getattr(resumed, name), getattr(reference, name)), name
 
 
-def test_interrupted_gpt_run_resumes_inside_the_run(paper_on_cpu, monkeypatch):
-    from ddcl_theory.experiments import laplacian_gpt as lg
+def test_interrupted_gpt_study_resumes_inside_the_run(paper_on_cpu, monkeypatch):
+    from ddcl_theory.experiments import laplacian_study as ls
 
-    s = lg.GPTSettings(block_size=16, dim=8, depth=1, heads=2, mlp_ratio=2, batch_size=4,
-                       steps=10, lr=3e-3, eval_windows=16, cdnv_min_count=10, seeds=(0,),
-                       head_settings=("0", "1"), threads=1, l9_setting="1")
+    s = ls.GPTStudySettings(block_size=16, dim=8, depth=1, heads=2, mlp_ratio=2, batch_size=4,
+                            steps=10, rounds=5, checkpoints=(5,), lr=3e-3, eval_windows=16,
+                            cdnv_min_count=10, seeds=(0,), l9_setting="1", threads=1)
     paper_on_cpu("a")
-    reference = lg.run(s)
+    reference = ls.run_gpt(s)
     paper_on_cpu("b")
     with monkeypatch.context() as m:
-        _interrupt_after(m, "save_state", saves=3)      # in the first run, after step 3 of 10
+        _interrupt_after(m, "save_state", saves=3)      # in the first run, after step 6 of 10
         with pytest.raises(_Interrupted):
-            lg.run(s)
+            ls.run_gpt(s)
     steps = []
-    original = lg._next_char_loss
-    monkeypatch.setattr(lg, "_next_char_loss", lambda *a: steps.append(1) or original(*a))
-    resumed = lg.run(s)
-    assert len(steps) == 7 + 10                             # 7 left of the first run, then 10
+    original = ls.next_char_loss
+    monkeypatch.setattr(ls, "next_char_loss", lambda *a: steps.append(1) or original(*a))
+    resumed = ls.run_gpt(s)
+    assert len(steps) == 4 + 10                             # 4 left of the first run, then 10
     assert resumed.runs == reference.runs

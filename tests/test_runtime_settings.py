@@ -103,3 +103,10 @@ def test_values_flattens_nested_settings_into_rows():
 def test_nested_takes_only_settings_classes():
     with pytest.raises(TypeError, match="cls: expected a Settings subclass"):
         nested(dict)
+
+
+def test_confirmatory_seeds_start_above_every_exploratory_seed():
+    from ddcl_theory.runtime.settings import CONFIRMATORY_SEED_BASE, confirmatory_seeds
+    assert confirmatory_seeds(3) == (1000, 1001, 1002) and CONFIRMATORY_SEED_BASE == 1000
+    with pytest.raises(ValueError, match="n: expected an int >= 1"):
+        confirmatory_seeds(0)

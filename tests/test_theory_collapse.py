@@ -1,4 +1,4 @@
-"""Both collapse thresholds (issue 14): F (q at its Gibbs value) and L_q with q differentiated.
+"""Both collapse thresholds: F (q at its Gibbs value) and L_q with q differentiated.
 
 ddcl_theory.theory.collapse: critical_temperature(z, objective), the Hessians at collapse.
 """
@@ -35,7 +35,7 @@ def _quantisation_min_eigenvalue(z, k, tau):
     return float(torch.linalg.eigvalsh(basis.T @ hess @ basis)[0])
 
 
-def test_default_objective_is_free_energy_and_keeps_todays_number():
+def test_default_objective_is_free_energy_and_keeps_its_number():
     z = _tokens(0)
     lam = np.linalg.eigvalsh(np.cov(z.numpy().T, bias=True))[-1]
     assert critical_temperature(z) == critical_temperature(z, objective="free_energy")

@@ -10,7 +10,7 @@ checkpointed after every temperature (no optimiser: EM steps, not :func:`fit`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -20,6 +20,7 @@ from ddcl_theory.metrics.prototypes import separation
 from ddcl_theory.runtime import profile
 from ddcl_theory.runtime.rundir import RunDir
 from ddcl_theory.runtime.progress import progress
+from ddcl_theory.runtime.settings import Settings, setting
 from ddcl_theory.theory.collapse import (
     collapsed,
     count_clusters,
@@ -30,28 +31,29 @@ from ddcl_theory.theory.free_energy import em_fixed_point, free_energy
 
 
 @dataclass(frozen=True)
-class AnnealingSettings:
-    """Scale of the annealing run (values from the profile)."""
+class AnnealingSettings(Settings):
+    """Scale of the annealing run: cpu 1,000 tokens, K = 8, 40 temperatures of at most 2,000 EM
+    steps; paper 20,000 tokens, K = 16, 120 temperatures of at most 10,000 steps (paper smoke
+    test: 3 temperatures of at most 5 steps). The ratios are relative to T_c, the tolerances to
+    sqrt(tr C)."""
 
-    n_tokens: int = field(default_factory=lambda: profile.current().pick(cpu=1000, paper=20000))
-    patch: int = 4
-    dim: int = 4
-    k: int = field(default_factory=lambda: profile.current().pick(cpu=8, paper=16))
-    start_ratio: float = 1.6          # tau_0 = start_ratio * T_c
-    end_ratio: float = 0.03           # last tau = end_ratio * T_c
-    n_temperatures: int = field(default_factory=lambda: profile.current().pick(cpu=40, paper=120,
-                                                                                 smoke=3))
-    max_iters: int = field(default_factory=lambda: profile.current().pick(cpu=2000, paper=10000,
-                                                                            smoke=5))
-    converged: float = 1e-9           # stop when no prototype moves more (relative to sqrt(tr C))
-    perturbation: float = 1e-6        # relative to sqrt(tr C)
-    merge_tol: float = 1e-2           # relative to sqrt(tr C)
-    seed: int = 0
+    n_tokens: int = setting(1000, paper=20000, ge=2)
+    patch: int = setting(4, ge=1)
+    dim: int = setting(4, ge=1)
+    k: int = setting(8, paper=16, ge=1)
+    start_ratio: float = setting(1.6, gt=0)        # tau_0 = start_ratio * T_c
+    end_ratio: float = setting(0.03, gt=0)         # last tau = end_ratio * T_c
+    n_temperatures: int = setting(40, paper=120, smoke=3, ge=1)
+    max_iters: int = setting(2000, paper=10000, smoke=5, ge=1)
+    converged: float = setting(1e-9, gt=0)         # stop when no prototype moves more
+    perturbation: float = setting(1e-6, ge=0)
+    merge_tol: float = setting(1e-2, gt=0)
+    seed: int = setting(0, ge=0)
 
-    @classmethod
-    def from_profile(cls) -> "AnnealingSettings":
-        """The active profile's values (the same as ``AnnealingSettings()``)."""
-        return cls()
+    def check(self) -> None:
+        if not self.end_ratio < self.start_ratio:
+            raise ValueError(f"AnnealingSettings.end_ratio: expected < start_ratio "
+                             f"{self.start_ratio}, got {self.end_ratio}")
 
 
 @dataclass
@@ -113,7 +115,7 @@ def run(settings: AnnealingSettings | None = None) -> AnnealingResult:
     temperature (:class:`RunDir`), so a killed run resumes at the next temperature with the
     numbers an uninterrupted run would give.
     """
-    s = settings or AnnealingSettings()
+    s = settings or AnnealingSettings.from_profile()
     gen = profile.seed_everything(s.seed)
     z, source = patch_tokens(s.n_tokens, s.patch, s.dim, s.seed)
     t_c = critical_temperature(z, objective="free_energy")  # EM steps descend F: it matches

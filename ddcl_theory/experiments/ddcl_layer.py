@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -23,6 +23,7 @@ from ddcl_theory.metrics.prototypes import perplexity, usage
 from ddcl_theory.models.ddcl_transformer import DDCLTransformer
 from ddcl_theory.runtime import profile
 from ddcl_theory.runtime.rundir import RunDir
+from ddcl_theory.runtime.settings import Settings, setting
 from ddcl_theory.runtime.training import fit
 
 
@@ -33,23 +34,18 @@ def cifar_patch_tokens(images: np.ndarray, patch: int = 4) -> torch.Tensor:
 
 # ------------------------------------------------------------------------- patch prototypes (D16)
 @dataclass(frozen=True)
-class PatchSettings:
-    """Settings of :func:`run_patch_prototypes` (values from the active profile by default)."""
+class PatchSettings(Settings):
+    """Settings of :func:`run_patch_prototypes`: cpu 200 training and 200 test images, 100
+    steps; paper 5,000 and 1,000 images, 1,000 steps (paper smoke test: 2 steps)."""
 
-    n_images: int = field(default_factory=lambda: profile.current().pick(cpu=200, paper=5000))
-    n_test: int = field(default_factory=lambda: profile.current().pick(cpu=200, paper=1000))
-    patch: int = 4
-    num_prototypes: int = 16
-    temperature: float = 0.1
-    steps: int = field(default_factory=lambda: profile.current().pick(cpu=100, paper=1000,
-                                                                        smoke=2))
-    lr: float = 0.01
-    seed: int = 0
-
-    @classmethod
-    def from_profile(cls) -> "PatchSettings":
-        """The active profile's values (the same as ``PatchSettings()``)."""
-        return cls()
+    n_images: int = setting(200, paper=5000, ge=1)
+    n_test: int = setting(200, paper=1000, ge=1)
+    patch: int = setting(4, ge=1)
+    num_prototypes: int = setting(16, ge=1)
+    temperature: float = setting(0.1, gt=0)
+    steps: int = setting(100, paper=1000, smoke=2, ge=1)
+    lr: float = setting(0.01, gt=0)
+    seed: int = setting(0, ge=0)
 
 
 @dataclass
@@ -100,7 +96,7 @@ def run_patch_prototypes(settings: PatchSettings | None = None) -> PatchResult:
     In the paper profile the fit is checkpointed (:class:`RunDir`): mid-fit by
     :func:`~ddcl_theory.runtime.training.fit`, and the finished result as a unit.
     """
-    s = settings or PatchSettings()
+    s = settings or PatchSettings.from_profile()
     ckpt = RunDir("patch_prototypes", s)
     result = ckpt.unit("run", lambda: _fit_patches(s, ckpt))
     ckpt.finish()
@@ -162,8 +158,8 @@ SMOKE_IMAGES = 200
 
 
 @dataclass(frozen=True)
-class TransformerSettings:
-    """Settings of :func:`run_transformer` (values from the active profile by default).
+class TransformerSettings(Settings):
+    """Settings of :func:`run_transformer`.
 
     cpu: 3 seeds, 400 training images, 4 epochs (a regression run; fewer seeds than the D15
     rule, so its word is at best inconclusive); reference: the rule's 5 seeds, 1,000 images,
@@ -171,42 +167,32 @@ class TransformerSettings:
     schedule over all steps of the run, so the last epochs are the run's finish.
     """
 
-    n_train: int = field(default_factory=lambda: profile.current().pick(
-        cpu=400, reference=1000, paper=10000, smoke=SMOKE_IMAGES))
-    n_test: int = field(default_factory=lambda: profile.current().pick(
-        cpu=500, reference=1000, paper=1000, smoke=SMOKE_IMAGES))
-    epochs: int = field(default_factory=lambda: profile.current().pick(
-        cpu=4, reference=12, paper=30, smoke=1))
-    seeds: tuple[int, ...] = field(default_factory=lambda: profile.current().pick(
-        cpu=(0, 1, 2), reference=(0, 1, 2, 3, 4), paper=(0, 1, 2, 3, 4), smoke=(0,)))
-    batch_size: int = 50
-    lr: float = 2e-3
-    patch: int = 4
-    dim: int = 64
-    depth: int = 2
-    attn_heads: int = 4
-    num_prototypes: int = 16
-    ddcl_heads: int = 2
-    temperature: float = 1.0
-    beta: float = 0.01
+    n_train: int = setting(400, reference=1000, paper=10000, smoke=SMOKE_IMAGES, ge=1)
+    n_test: int = setting(500, reference=1000, paper=1000, smoke=SMOKE_IMAGES, ge=1)
+    epochs: int = setting(4, reference=12, paper=30, smoke=1, ge=1)
+    seeds: tuple[int, ...] = setting((0, 1, 2), reference=(0, 1, 2, 3, 4),
+                                     paper=(0, 1, 2, 3, 4), smoke=(0,), ge=0, nonempty=True)
+    batch_size: int = setting(50, ge=1)
+    lr: float = setting(2e-3, gt=0)
+    patch: int = setting(4, ge=1)
+    dim: int = setting(64, ge=1)
+    depth: int = setting(2, ge=1)
+    attn_heads: int = setting(4, ge=1)
+    num_prototypes: int = setting(16, ge=1)
+    ddcl_heads: int = setting(2, ge=1)
+    temperature: float = setting(1.0, gt=0)
+    beta: float = setting(0.01, ge=0)
 
-    def __post_init__(self) -> None:
-        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
-            raise ValueError(f"seeds: expected distinct seeds, got {self.seeds!r}")
-        for name in ("n_train", "n_test", "epochs", "batch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}: expected >= 1, got {getattr(self, name)}")
+    def check(self) -> None:
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"TransformerSettings.seeds: expected distinct seeds, "
+                             f"got {self.seeds!r}")
 
     @property
     def scales(self) -> tuple[int, ...]:
         """The epochs at which the scale trend reads the runs (about a quarter, a half and all
         of the run; fewer when the run is shorter than four epochs)."""
         return tuple(sorted({max(1, self.epochs // 4), max(1, self.epochs // 2), self.epochs}))
-
-    @classmethod
-    def from_profile(cls) -> "TransformerSettings":
-        """The active profile's values (the same as ``TransformerSettings()``)."""
-        return cls()
 
 
 @dataclass
@@ -394,7 +380,7 @@ def run_transformer(settings: TransformerSettings | None = None) -> TransformerR
     (:class:`RunDir`), so a killed run resumes at the next one (each run seeds itself: same
     numbers).
     """
-    s = settings or TransformerSettings()
+    s = settings or TransformerSettings.from_profile()
     tensors, source = transformer_data(s)
     ckpt = RunDir("ddcl_transformer", s)
     runs = {v: [ckpt.unit(f"variant={v},seed={seed}",

@@ -23,6 +23,7 @@ from ddcl_theory.layers.ddcl import DDCLAttention
 from ddcl_theory.runtime import profile
 from ddcl_theory.runtime.distributed import (init_prototypes_distributed,
                                              replica_max_difference, require_initialised)
+from ddcl_theory.runtime.settings import Settings, setting
 from ddcl_theory.runtime.training import fit
 
 __all__ = ["cooling_schedule", "DDPSettings", "TinyReadoutClassifier", "train", "main"]
@@ -34,25 +35,25 @@ def cooling_schedule(step: int) -> float:
 
 
 @dataclass(frozen=True)
-class DDPSettings:
-    """Sizes of the data-parallel example (values from the profile)."""
+class DDPSettings(Settings):
+    """Sizes of the data-parallel example: cpu 4 steps on batches of 4 sequences of 12 tokens
+    of width 16; paper 200 steps, 64 sequences of 256 tokens of width 256."""
 
-    steps: int = 4
-    batch: int = 4                 # per rank
-    seq_len: int = 12
-    dim: int = 16
-    num_prototypes: int = 4
-    heads: int = 2
-    classes: int = 3
-    lr: float = 0.05
-    seed: int = 0
+    steps: int = setting(4, paper=200, ge=1)
+    batch: int = setting(4, paper=64, ge=1)                 # per rank
+    seq_len: int = setting(12, paper=256, ge=1)
+    dim: int = setting(16, paper=256, ge=1)
+    num_prototypes: int = setting(4, paper=64, ge=1)
+    heads: int = setting(2, paper=4, ge=1)
+    classes: int = setting(3, ge=1)
+    lr: float = setting(0.05, gt=0)
+    seed: int = setting(0, ge=0)
 
-    @classmethod
-    def from_profile(cls) -> "DDPSettings":
-        prof = profile.current()
-        return cls(steps=prof.pick(cpu=4, paper=200), batch=prof.pick(cpu=4, paper=64),
-                   seq_len=prof.pick(cpu=12, paper=256), dim=prof.pick(cpu=16, paper=256),
-                   num_prototypes=prof.pick(cpu=4, paper=64), heads=prof.pick(cpu=2, paper=4))
+    def check(self) -> None:
+        if self.num_prototypes > self.seq_len:
+            raise ValueError(f"DDPSettings.num_prototypes: expected <= seq_len {self.seq_len} "
+                             f"(every sequence keeps at least that many tokens), got "
+                             f"{self.num_prototypes}")
 
 
 class TinyReadoutClassifier(nn.Module):
@@ -120,10 +121,10 @@ def train(s: DDPSettings | None = None, device: str | None = None) -> dict:
         return nn.functional.cross_entropy(logits, y) + 0.1 * l_q
 
     log = fit(ddp, opt, rounds=s.steps, batches=batches, loss=loss, device=device,
-              after_step=lambda: layer.advance_schedule(1),   # every rank, every step
+              after_step=lambda: layer.temperature.advance(1),   # every rank, every step
               desc=f"rank {rank}", compile=False)
     return {"rank": rank, "world_size": world, "loss": log.step_losses[-1],
-            "step": layer.advance_schedule(0), "temperature": layer.temperature,
+            "step": int(layer.temperature.step), "temperature": layer.temperature.value,
             "init_spread": init_spread, "after_init_difference": after_init,
             "initial_prototypes": initial,
             "replica_max_difference": replica_max_difference(model),
@@ -144,9 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     dist.init_process_group(backend)
     try:
-        s = DDPSettings.from_profile()
-        if args.steps is not None:
-            s = DDPSettings(**{**s.__dict__, "steps": args.steps})
+        steps = {} if args.steps is None else {"steps": args.steps}
+        s = DDPSettings.from_profile(**steps)
         report = train(s)
         if report["rank"] == 0:
             print(f"world size {report['world_size']}: {s.steps} steps, last loss "

@@ -21,13 +21,14 @@ import torch
 import torch.nn.functional as F
 
 from ddcl_theory.data.dense_proxy import NUM_CLASSES, DenseProxy, make_dense_proxy
-from ddcl_theory.experiments import require_positive_ints
-from ddcl_theory.experiments.laplacian_vit import laplacian_count, num_threads
+from ddcl_theory.experiments.laplacian_common import bad_head_settings, laplacian_count
 from ddcl_theory.metrics import segmentation
 from ddcl_theory.metrics.readouts import effective_rank
 from ddcl_theory.models.dino import SelfDistillation, dino_vit, patch_features
 from ddcl_theory.runtime import profile
 from ddcl_theory.runtime.rundir import RunDir
+from ddcl_theory.runtime.settings import Settings, setting
+from ddcl_theory.runtime.threads import num_threads
 from ddcl_theory.runtime.training import fit
 
 __all__ = ["HEAD_SETTINGS", "DenseSettings", "ProbeScore", "DenseRun", "DenseSweep",
@@ -42,28 +43,45 @@ PLATEAU_REL = 0.05
 
 
 @dataclass(frozen=True)
-class DenseSettings:
-    """Scale of the experiment; :meth:`from_profile` picks it from the active profile."""
+class DenseSettings(Settings):
+    """Scale of the experiment. cpu: a few hundred images, 3 paired seeds, probes after 0, 60
+    and 120 steps (what CI replays); reference: the same model on 1024 images, 5 paired seeds
+    (the L10 rule), probes after 0, 200, 500 and 1000 steps (three trained scales); paper: a
+    larger ViT on more images, 10 seeds, probes up to 6000 steps."""
 
-    n_train: int
-    n_test: int
-    patch: int
-    dim: int
-    depth: int
-    heads: int
-    mlp_ratio: int
-    out_dim: int
-    batch_size: int
-    steps_per_round: int
-    probe_at: tuple[int, ...]         # rounds after which the probe reads the teacher (0: init)
-    lr: float
-    weight_decay: float
-    momentum: float
-    probe_steps: int
-    probe_lr: float
-    seeds: tuple[int, ...]
-    head_settings: tuple[str, ...] = HEAD_SETTINGS
-    threads: int | None = 1
+    n_train: int = setting(384, reference=1024, paper=20000, ge=1)
+    n_test: int = setting(128, reference=256, paper=2000, ge=1)
+    patch: int = setting(8, paper=4, ge=1)
+    dim: int = setting(32, paper=192, ge=1)
+    depth: int = setting(2, paper=6, ge=1)
+    heads: int = setting(4, paper=6, ge=1)
+    mlp_ratio: int = setting(2, paper=4, ge=1)
+    out_dim: int = setting(64, paper=1024, ge=1)
+    batch_size: int = setting(32, paper=128, ge=1)
+    steps_per_round: int = setting(20, paper=200, ge=1)
+    #: rounds after which the probe reads the teacher (0: at initialisation)
+    probe_at: tuple[int, ...] = setting((0, 3, 6), reference=(0, 10, 25, 50),
+                                        paper=(0, 5, 10, 20, 30), smoke=(0, 1), ge=0,
+                                        nonempty=True)
+    lr: float = setting(1e-3, paper=5e-4, gt=0)
+    weight_decay: float = setting(0.0, paper=0.04, ge=0)
+    momentum: float = setting(0.99, reference=0.996, paper=0.996, ge=0, le=1)
+    probe_steps: int = setting(100, reference=200, paper=500, ge=1)
+    probe_lr: float = setting(0.1, gt=0)
+    seeds: tuple[int, ...] = setting((0, 1, 2), reference=(0, 1, 2, 3, 4),
+                                     paper=tuple(range(10)), smoke=(0,), ge=0, nonempty=True)
+    head_settings: tuple[str, ...] = setting(HEAD_SETTINGS, nonempty=True)
+    threads: int | None = setting(1, paper=None, ge=1)
+
+    def check(self) -> None:
+        if 32 % self.patch:
+            raise ValueError(f"DenseSettings.patch: expected a divisor of 32, got {self.patch}")
+        if list(self.probe_at) != sorted(set(self.probe_at)):
+            raise ValueError(f"DenseSettings.probe_at: expected increasing rounds >= 0, got "
+                             f"{self.probe_at!r}")
+        if bad := bad_head_settings(self.head_settings, self.heads):
+            raise ValueError(f"DenseSettings.head_settings: expected 'half', 'all' or counts in "
+                             f"[0, heads={self.heads}] as strings, got {bad}")
 
     @property
     def rounds(self) -> int:
@@ -73,42 +91,6 @@ class DenseSettings:
     def steps(self) -> tuple[int, ...]:
         """Optimiser steps at each probe point (the scales)."""
         return tuple(r * self.steps_per_round for r in self.probe_at)
-
-    @classmethod
-    def from_profile(cls) -> "DenseSettings":
-        """cpu: a few hundred images, 3 paired seeds, probes after 0, 60 and 120 steps (what CI
-        replays); reference: the same model on 1024 images, 5 paired seeds (the L10 rule), probes
-        after 0, 200, 500 and 1000 steps (three trained scales); paper: a larger ViT on more
-        images, 10 seeds, probes up to 6000 steps."""
-        p = profile.current()
-        return cls(n_train=p.pick(cpu=384, reference=1024, paper=20000),
-                   n_test=p.pick(cpu=128, reference=256, paper=2000),
-                   patch=p.pick(cpu=8, paper=4), dim=p.pick(cpu=32, paper=192),
-                   depth=p.pick(cpu=2, paper=6),
-                   heads=p.pick(cpu=4, paper=6), mlp_ratio=p.pick(cpu=2, paper=4),
-                   out_dim=p.pick(cpu=64, paper=1024), batch_size=p.pick(cpu=32, paper=128),
-                   steps_per_round=p.pick(cpu=20, paper=200),
-                   probe_at=p.pick(cpu=(0, 3, 6), reference=(0, 10, 25, 50),
-                                   paper=(0, 5, 10, 20, 30), smoke=(0, 1)),
-                   lr=p.pick(cpu=1e-3, paper=5e-4), weight_decay=p.pick(cpu=0.0, paper=0.04),
-                   momentum=p.pick(cpu=0.99, reference=0.996, paper=0.996),
-                   probe_steps=p.pick(cpu=100, reference=200, paper=500), probe_lr=0.1,
-                   seeds=p.pick(cpu=(0, 1, 2), reference=(0, 1, 2, 3, 4),
-                                paper=tuple(range(10)), smoke=(0,)),
-                   threads=p.pick(cpu=1, paper=None))
-
-    def __post_init__(self) -> None:
-        require_positive_ints(self, skip=("lr", "weight_decay", "momentum", "probe_lr", "seeds",
-                                          "head_settings", "threads", "probe_at"))
-        if 32 % self.patch:
-            raise ValueError(f"patch: expected a divisor of 32, got {self.patch}")
-        if not self.probe_at or list(self.probe_at) != sorted(set(self.probe_at)) \
-                or self.probe_at[0] < 0:
-            raise ValueError(f"probe_at: expected increasing rounds >= 0, got {self.probe_at!r}")
-        if len(self.seeds) < 1:
-            raise ValueError("seeds: expected at least one seed")
-        for s in self.head_settings:
-            laplacian_count(s, self.heads)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ Question: Laplacian heads smooth the token representations within a sequence (th
 head setting (``"0"``: no Laplacian head, ``"all"``: every head Laplacian) and seed, a
 :class:`ddcl_theory.models.vit_readout.ViTDDCL` (the ViT encoder of :mod:`laplacian_vit`, the
 DDCL readout with residual and LayerNorm, a linear classifier on ``pooled``) is trained on
-CIFAR-10 patches with cross-entropy + beta L_q on the ViT sweep's training path
+CIFAR-10 patches with cross-entropy + beta L_q on the ViT's one training path
 (:func:`laplacian_vit.train_vit`), the banks seeded by k-means++ on the tokens that reach them.
 Measured: test accuracy; on the test tokens the bank usage (fraction of prototypes that are some
 token's argmax) and perplexity, averaged over the readout's heads; the prototype separation (min
@@ -16,7 +16,6 @@ confirm that the Laplacian encoder does smooth them. The verdict is
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -25,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from ddcl_theory.experiments import laplacian_vit as lv
-from ddcl_theory.experiments.laplacian_vit import laplacian_count, num_threads
+from ddcl_theory.experiments.laplacian_common import laplacian_count, summarise
 from ddcl_theory.metrics import geometry as metrics
 from ddcl_theory.metrics.prototypes import (
     SEPARATION_KINDS,
@@ -36,44 +35,44 @@ from ddcl_theory.metrics.prototypes import (
 from ddcl_theory.models.vit_readout import ViTDDCL
 from ddcl_theory.runtime import profile
 from ddcl_theory.runtime.rundir import RunDir
+from ddcl_theory.runtime.settings import Settings, nested, setting
+from ddcl_theory.runtime.threads import num_threads
 
 __all__ = ["SETTINGS", "ReadoutSettings", "ReadoutRun", "ReadoutSweep", "run", "train_one"]
 
 SETTINGS = ("0", "all")
 #: training and test images of each smoke-test model: four paper-size ViTs (two settings, two
-#: seeds, the pairing needs two) on the ViT sweep's 128 took a quarter of the smoke run
+#: seeds, the pairing needs two) on the ViT's 128 took a quarter of the smoke run
 SMOKE_IMAGES = 32
 
 
 @dataclass(frozen=True)
-class ReadoutSettings:
-    """Scale of the X2 experiment: the ViT sweep's settings (data, encoder, training) in ``vit``
-    and what the readout adds; :meth:`from_profile` picks both from the active profile."""
+class ReadoutSettings(Settings):
+    """Scale of the X2 experiment: the ViT's settings (data, encoder, training) in ``vit``
+    and what the readout adds.
 
-    vit: lv.ViTSettings
-    num_prototypes: int = 16
-    ddcl_heads: int = 2
-    temperature: float = 1.0
-    beta: float = 0.01
+    ``vit`` is the ViT's with longer training (10 epochs in the cpu and reference profiles), two
+    head settings (none or all Laplacian) and paired seeds: 3 in the cpu profile (a regression
+    run, fewer than the X2 rule's 5), 5 in the reference and paper profiles. The paper smoke
+    test runs its four models on :data:`SMOKE_IMAGES` images."""
 
-    @classmethod
-    def from_profile(cls) -> "ReadoutSettings":
-        """The ViT sweep's settings with longer training (10 epochs in the cpu and reference
-        profiles), two head settings (none or all Laplacian) and paired seeds: 3 in the cpu
-        profile (a regression run, fewer than the X2 rule's 5), 5 in the reference and paper
-        profiles. The paper smoke test runs its four models on :data:`SMOKE_IMAGES` images."""
-        p = profile.current()
-        base = lv.ViTSettings.from_profile()
-        vit = dataclasses.replace(base,
-                                  epochs=p.pick(cpu=10, paper=60, smoke=1),
-                                  seeds=p.pick(cpu=(0, 1, 2), reference=(0, 1, 2, 3, 4),
-                                               paper=(0, 1, 2, 3, 4), smoke=(0, 1)),
-                                  n_train=p.pick(cpu=base.n_train, paper=base.n_train,
-                                                 smoke=SMOKE_IMAGES),
-                                  n_test=p.pick(cpu=base.n_test, paper=base.n_test,
-                                                smoke=SMOKE_IMAGES),
-                                  head_settings=SETTINGS)
-        return cls(vit=vit)
+    vit: lv.ViTSettings = nested(
+        lv.ViTSettings,
+        epochs=setting(10, paper=60, smoke=1),
+        seeds=setting((0, 1, 2), reference=(0, 1, 2, 3, 4), paper=(0, 1, 2, 3, 4),
+                      smoke=(0, 1)),
+        n_train=setting(3000, paper=10000, smoke=SMOKE_IMAGES),
+        n_test=setting(1000, smoke=SMOKE_IMAGES),
+        head_settings=SETTINGS)
+    num_prototypes: int = setting(16, ge=1)
+    ddcl_heads: int = setting(2, ge=1)
+    temperature: float = setting(1.0, gt=0)
+    beta: float = setting(0.01, ge=0)
+
+    def check(self) -> None:
+        if len(self.vit.seeds) < 2:
+            raise ValueError(f"ReadoutSettings.vit.seeds: expected at least two seeds (for a "
+                             f"spread), got {self.vit.seeds!r}")
 
     @property
     def scales(self) -> tuple[int, ...]:
@@ -81,19 +80,6 @@ class ReadoutSettings:
         about a quarter, a half and all of the epochs)."""
         e = self.vit.epochs
         return tuple(sorted({max(1, e // 4), max(1, e // 2), e}))
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.vit, lv.ViTSettings):
-            raise ValueError(f"vit: expected ViTSettings, got {type(self.vit).__name__}")
-        for name in ("num_prototypes", "ddcl_heads"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"{name}: expected a positive int, got {v!r}")
-        if len(self.vit.seeds) < 2:
-            raise ValueError(f"seeds: expected at least two seeds (for a spread), got "
-                             f"{self.vit.seeds!r}")
-        if not (self.temperature > 0 and self.beta >= 0):
-            raise ValueError("temperature, beta: expected temperature > 0, beta >= 0")
 
 
 @dataclass(frozen=True)
@@ -131,7 +117,7 @@ class ReadoutSweep:
     tokens: int
 
     def summary(self, field: str) -> dict[str, tuple[float, float]]:
-        return lv.summarise(self.runs, field, self.settings.vit.head_settings)
+        return summarise(self.runs, field, self.settings.vit.head_settings)
 
     def paired(self, field: str, setting: str, epoch: int | None = None) -> np.ndarray:
         """(n_seeds,) values of ``field`` for ``setting`` in seed order (so that two settings'
@@ -151,7 +137,7 @@ def _separations(model: ViTDDCL) -> dict[str, float]:
 
 def train_one(s: ReadoutSettings, setting: str, seed: int, tensors: tuple, num_classes: int,
               device: str, ckpt: RunDir | None = None) -> ReadoutRun:
-    """Train one ViT + DDCL readout on the ViT sweep's training path
+    """Train one ViT + DDCL readout on the ViT's one training path
     (:func:`laplacian_vit.train_vit`, loss cross-entropy + beta L_q) and measure it
     (deterministic given the seed on CPU)."""
     p_tr, y_tr, p_te, y_te = (t.to(device) for t in tensors)

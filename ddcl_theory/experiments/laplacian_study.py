@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,9 +31,13 @@ import torch
 import torch.nn.functional as F
 from threadpoolctl import threadpool_limits
 
-from ddcl_theory.experiments import require_positive_ints
 from ddcl_theory.experiments import laplacian_vit as lv
-from ddcl_theory.experiments.laplacian_gpt import _next_char_loss, _windows, text_splits
+from ddcl_theory.experiments.laplacian_common import bad_head_settings, laplacian_count
+from ddcl_theory.experiments.laplacian_gpt import (
+    next_char_loss,
+    next_char_windows,
+    text_splits,
+)
 from ddcl_theory.metrics import geometry as metrics
 from ddcl_theory.metrics.convergence import convergence
 from ddcl_theory.metrics.participation import participation_ratio
@@ -41,6 +45,8 @@ from ddcl_theory.models.char_gpt import CharGPT
 from ddcl_theory.models.vit import ViT
 from ddcl_theory.runtime import profile
 from ddcl_theory.runtime.rundir import RunDir
+from ddcl_theory.runtime.settings import Settings, nested, setting
+from ddcl_theory.runtime.threads import num_threads
 from ddcl_theory.runtime.training import fit
 
 __all__ = ["ViTStudySettings", "ViTPoint", "ViTStudyRun", "ViTStudy", "GPTStudySettings",
@@ -52,8 +58,8 @@ __all__ = ["ViTStudySettings", "ViTPoint", "ViTStudyRun", "ViTStudy", "GPTStudyS
 def _threads(n: int | None) -> Iterator[None]:
     """torch and the BLAS under numpy (the metrics) limited to ``n`` threads (None: as is); a
     BLAS free to spin on a shared two-core host makes a (16000, 32) covariance take a second."""
-    with lv.num_threads(n), (threadpool_limits(limits=n) if n is not None
-                             else contextlib.nullcontext()):
+    with num_threads(n), (threadpool_limits(limits=n) if n is not None
+                          else contextlib.nullcontext()):
         yield
 
 
@@ -62,42 +68,33 @@ def _threads(n: int | None) -> Iterator[None]:
 # ============================================================================================
 
 @dataclass(frozen=True)
-class ViTStudySettings:
+class ViTStudySettings(Settings):
     """The ViT study: ``vit`` (model, optimiser, run length ``vit.epochs``, seeds, head
     settings), the validation split, the checkpoint epochs (scales) and the training images on
-    which training accuracy and NC1 are measured."""
+    which training accuracy and NC1 are measured.
 
-    vit: lv.ViTSettings
-    n_val: int
-    checkpoints: tuple[int, ...]
-    n_train_eval: int
+    cpu: the small run (3000 images, 4 epochs, 3 seeds) measured after epochs 1, 2 and 4;
+    reference: the same model on 3000 images for 20 epochs, 5 paired seeds (the rules' number),
+    measured after epochs 5, 10 and 20; paper: the paper-profile ViT for 60 epochs, 5 seeds."""
 
-    @classmethod
-    def from_profile(cls) -> "ViTStudySettings":
-        """cpu: today's small run (3000 images, 4 epochs, 3 seeds) measured after epochs 1, 2
-        and 4; reference: the same model on 3000 images for 20 epochs, 5 paired seeds (the
-        rules' number), measured after epochs 5, 10 and 20; paper: the paper-profile ViT."""
-        p = profile.current()
-        base = lv.ViTSettings.from_profile()
-        vit = dataclasses.replace(
-            base, epochs=p.pick(cpu=4, reference=20, paper=60, smoke=1),
-            seeds=p.pick(cpu=(0, 1, 2), reference=(0, 1, 2, 3, 4), paper=(0, 1, 2, 3, 4),
-                         smoke=(0,)),
-            head_settings=p.pick(cpu=lv.HEAD_SETTINGS, paper=lv.HEAD_SETTINGS,
-                                 smoke=lv.SMOKE_HEAD_SETTINGS))
-        return cls(vit=vit, n_val=p.pick(cpu=500, paper=1000, smoke=64),
-                   checkpoints=p.pick(cpu=(1, 2, 4), reference=(5, 10, 20),
-                                      paper=(15, 30, 60), smoke=(1,)),
-                   n_train_eval=p.pick(cpu=500, reference=1000, paper=2000, smoke=64))
+    vit: lv.ViTSettings = nested(
+        lv.ViTSettings,
+        epochs=setting(4, reference=20, paper=60, smoke=1),
+        seeds=setting((0, 1, 2), reference=(0, 1, 2, 3, 4), paper=(0, 1, 2, 3, 4), smoke=(0,)))
+    n_val: int = setting(500, paper=1000, smoke=64, ge=1)
+    checkpoints: tuple[int, ...] = setting((1, 2, 4), reference=(5, 10, 20), paper=(15, 30, 60),
+                                           smoke=(1,), ge=1, nonempty=True)
+    n_train_eval: int = setting(500, reference=1000, paper=2000, smoke=64, ge=1)
 
-    def __post_init__(self) -> None:
-        require_positive_ints(self, skip=("vit", "checkpoints"))
+    def check(self) -> None:
         cps = self.checkpoints
-        if not cps or list(cps) != sorted(set(cps)) or cps[0] < 1 or cps[-1] != self.vit.epochs:
-            raise ValueError(f"checkpoints: expected increasing epochs >= 1 ending at "
-                             f"epochs={self.vit.epochs}, got {cps!r}")
+        if list(cps) != sorted(set(cps)) or cps[-1] != self.vit.epochs:
+            raise ValueError(f"ViTStudySettings.checkpoints: expected increasing epochs >= 1 "
+                             f"ending at vit.epochs={self.vit.epochs}, got {cps!r}")
         if "0" not in self.vit.head_settings:
-            raise ValueError("head_settings: the study compares against '0' (no Laplacian head)")
+            raise ValueError(f"ViTStudySettings.vit.head_settings: expected '0' (no Laplacian "
+                             f"head, the study's baseline) among them, got "
+                             f"{self.vit.head_settings!r}")
 
     @property
     def scales(self) -> tuple[str, ...]:
@@ -158,7 +155,7 @@ class ViTStudy:
 
     def counts(self) -> dict[str, int]:
         """Laplacian heads per layer of each setting."""
-        return {s: lv.laplacian_count(s, self.settings.vit.heads)
+        return {s: laplacian_count(s, self.settings.vit.heads)
                 for s in self.settings.vit.head_settings}
 
 
@@ -202,7 +199,7 @@ def train_vit_run(settings: ViTStudySettings, setting: str, seed: int, tensors: 
     p_tr, y_tr, p_va, y_va, p_te, y_te = (t.to(device) for t in tensors)
     st = settings.vit
     gen = profile.seed_everything(seed)
-    n_lap = lv.laplacian_count(setting, st.heads)
+    n_lap = laplacian_count(setting, st.heads)
     model = ViT(p_tr.shape[1], p_tr.shape[2], num_classes, dim=st.dim, depth=st.depth,
                 heads=st.heads, laplacian_heads=n_lap, mlp_ratio=st.mlp_ratio,
                 pool="mean").to(device)
@@ -252,56 +249,43 @@ def run_vit(settings: ViTStudySettings | None = None) -> ViTStudy:
 # ============================================================================================
 
 @dataclass(frozen=True)
-class GPTStudySettings:
+class GPTStudySettings(Settings):
     """The GPT study (L9): model and budget, the rounds of evaluation and which of them are the
-    trend's scales (``checkpoints``, 1-based, the last is the end of the run)."""
+    trend's scales (``checkpoints``, 1-based, the last is the end of the run).
 
-    block_size: int
-    dim: int
-    depth: int
-    heads: int
-    mlp_ratio: int
-    batch_size: int
-    steps: int
-    rounds: int
-    checkpoints: tuple[int, ...]
-    lr: float
-    eval_windows: int
-    cdnv_min_count: int
-    seeds: tuple[int, ...]
-    l9_setting: str = "5"
-    threads: int | None = 1
+    cpu: width 32, 8 heads (5 Laplacian, the paper's count), 150 steps, 3 seeds; reference: the
+    same model for 600 steps, 5 paired seeds, scales after 150, 300 and 600 steps; paper: the
+    paper-profile GPT (block 256, width 384, 6 layers, 12 heads), 5000 steps."""
 
-    @classmethod
-    def from_profile(cls) -> "GPTStudySettings":
-        """cpu: width 32, 8 heads (5 Laplacian, the paper's count), 150 steps, 3 seeds;
-        reference: the same model for 600 steps, 5 paired seeds, scales after 150, 300 and 600
-        steps; paper: the paper-profile GPT (width 384, 12 heads)."""
-        p = profile.current()
-        return cls(block_size=p.pick(cpu=32, paper=256), dim=p.pick(cpu=32, paper=384),
-                   depth=p.pick(cpu=2, paper=6), heads=p.pick(cpu=8, paper=12), mlp_ratio=4,
-                   batch_size=p.pick(cpu=32, paper=64, smoke=4),
-                   steps=p.pick(cpu=150, reference=600, paper=5000, smoke=2),
-                   rounds=p.pick(cpu=6, reference=12, paper=20, smoke=2),
-                   checkpoints=p.pick(cpu=(2, 3, 6), reference=(3, 6, 12), paper=(5, 10, 20),
-                                      smoke=(1, 2)),
-                   lr=p.pick(cpu=3e-3, paper=1e-3),
-                   eval_windows=p.pick(cpu=128, paper=512, smoke=16), cdnv_min_count=10,
-                   seeds=p.pick(cpu=(0, 1, 2), reference=(0, 1, 2, 3, 4),
-                                paper=(0, 1, 2, 3, 4), smoke=(0,)),
-                   threads=p.pick(cpu=1, paper=None))
+    block_size: int = setting(32, paper=256, ge=1)
+    dim: int = setting(32, paper=384, ge=1)
+    depth: int = setting(2, paper=6, ge=1)
+    heads: int = setting(8, paper=12, ge=1)
+    mlp_ratio: int = setting(4, ge=1)
+    batch_size: int = setting(32, paper=64, smoke=4, ge=1)
+    steps: int = setting(150, reference=600, paper=5000, smoke=2, ge=1)
+    rounds: int = setting(6, reference=12, paper=20, smoke=2, ge=1)
+    checkpoints: tuple[int, ...] = setting((2, 3, 6), reference=(3, 6, 12), paper=(5, 10, 20),
+                                           smoke=(1, 2), ge=1, nonempty=True)
+    lr: float = setting(3e-3, paper=1e-3, gt=0)
+    eval_windows: int = setting(128, paper=512, smoke=16, ge=1)
+    cdnv_min_count: int = setting(10, ge=1)
+    seeds: tuple[int, ...] = setting((0, 1, 2), reference=(0, 1, 2, 3, 4),
+                                     paper=(0, 1, 2, 3, 4), smoke=(0,), ge=0, nonempty=True)
+    l9_setting: str = setting("5")
+    threads: int | None = setting(1, paper=None, ge=1)
 
-    def __post_init__(self) -> None:
-        require_positive_ints(self, skip=("lr", "seeds", "l9_setting", "threads", "checkpoints"))
-        if not self.seeds:
-            raise ValueError("seeds: expected at least one seed")
-        lv.laplacian_count(self.l9_setting, self.heads)
+    def check(self) -> None:
+        if bad_head_settings((self.l9_setting,), self.heads):
+            raise ValueError(f"GPTStudySettings.l9_setting: expected 'half', 'all' or a count "
+                             f"in [0, heads={self.heads}] as a string, got {self.l9_setting!r}")
         if self.steps % self.rounds:
-            raise ValueError(f"rounds: {self.rounds} does not divide steps={self.steps}")
+            raise ValueError(f"GPTStudySettings.rounds: expected a divisor of "
+                             f"steps={self.steps}, got {self.rounds}")
         cps = self.checkpoints
-        if not cps or list(cps) != sorted(set(cps)) or cps[0] < 1 or cps[-1] != self.rounds:
-            raise ValueError(f"checkpoints: expected increasing rounds >= 1 ending at "
-                             f"rounds={self.rounds}, got {cps!r}")
+        if list(cps) != sorted(set(cps)) or cps[-1] != self.rounds:
+            raise ValueError(f"GPTStudySettings.checkpoints: expected increasing rounds >= 1 "
+                             f"ending at rounds={self.rounds}, got {cps!r}")
 
     @property
     def head_settings(self) -> tuple[str, str]:
@@ -354,7 +338,7 @@ def train_gpt_run(settings: GPTStudySettings, setting: str, seed: int, train_ids
     """Train one GPT and measure it before training and after every round; deterministic given
     the seed; resumable after every round through ``ckpt``."""
     gen = profile.seed_everything(seed)
-    n_lap = lv.laplacian_count(setting, settings.heads)
+    n_lap = laplacian_count(setting, settings.heads)
     block = settings.block_size
     model = CharGPT(vocab_size, block, dim=settings.dim, depth=settings.depth,
                     heads=settings.heads, laplacian_heads=n_lap,
@@ -363,7 +347,7 @@ def train_gpt_run(settings: GPTStudySettings, setting: str, seed: int, train_ids
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=settings.steps)
     per = settings.steps // settings.rounds
     starts = torch.linspace(0, len(val_ids) - block - 2, settings.eval_windows).long().to(device)
-    x_val, y_val = _windows(val_ids, starts, block)
+    x_val, y_val = next_char_windows(val_ids, starts, block)
 
     def measure(step: int) -> dict:
         model.eval()
@@ -383,10 +367,10 @@ def train_gpt_run(settings: GPTStudySettings, setting: str, seed: int, train_ids
         for _ in range(per):
             s = torch.randint(0, len(train_ids) - block - 1, (settings.batch_size,),
                               generator=gen).to(device)
-            yield _windows(train_ids, s, block)
+            yield next_char_windows(train_ids, s, block)
 
     log = fit(model, opt, rounds=settings.rounds, batches=batches,
-              loss=lambda forward, xy: _next_char_loss(forward, *xy), device=device, run=ckpt,
+              loss=lambda forward, xy: next_char_loss(forward, *xy), device=device, run=ckpt,
               name=f"study-setting={setting},seed={seed}", schedulers=[sched],
               generators={"gen": gen}, end_of_round=lambda r: measure((r + 1) * per),
               desc=f"GPT {setting} seed {seed}")

@@ -21,29 +21,32 @@ from ddcl_theory.data import load_text
 from ddcl_theory.layers.laplacian import LaplacianAttention
 from ddcl_theory.runtime import profile
 from ddcl_theory.runtime.rundir import RunDir
+from ddcl_theory.runtime.settings import Settings, setting
 from ddcl_theory.runtime.training import fit
 
 
 @dataclass(frozen=True)
-class LearnedAttentionSettings:
-    causal: bool = True
-    seq_len: int = 32
-    dim: int = 32
-    heads: int = 4
-    laplacian_heads: int = 2
-    steps: int = 150
-    batch: int = 16
-    lr: float = 3e-3
-    mask_rate: float = 0.15
-    samples: int = 8
-    seed: int = 0
+class LearnedAttentionSettings(Settings):
+    """The one-layer character model: cpu T = 32, width 32, 150 steps; paper T = 128, width
+    128, 3,000 steps (paper smoke test: 12 steps). ``causal``: next-character training, else
+    masked characters (``mask_rate`` of them)."""
 
-    @classmethod
-    def from_profile(cls, causal: bool = True) -> "LearnedAttentionSettings":
-        """cpu and paper scales (the paper smoke test: 12 steps at the paper's sizes)."""
-        prof = profile.current()
-        return cls(causal=causal, steps=prof.pick(cpu=150, paper=3000, smoke=12),
-                   seq_len=prof.pick(cpu=32, paper=128), dim=prof.pick(cpu=32, paper=128))
+    causal: bool = setting(True)
+    seq_len: int = setting(32, paper=128, ge=1)
+    dim: int = setting(32, paper=128, ge=1)
+    heads: int = setting(4, ge=1)
+    laplacian_heads: int = setting(2, ge=0)
+    steps: int = setting(150, paper=3000, smoke=12, ge=1)
+    batch: int = setting(16, ge=1)
+    lr: float = setting(3e-3, gt=0)
+    mask_rate: float = setting(0.15, gt=0, lt=1)
+    samples: int = setting(8, ge=1)
+    seed: int = setting(0, ge=0)
+
+    def check(self) -> None:
+        if self.laplacian_heads > self.heads:
+            raise ValueError(f"LearnedAttentionSettings.laplacian_heads: expected <= heads "
+                             f"{self.heads}, got {self.laplacian_heads}")
 
 
 @dataclass

@@ -42,8 +42,6 @@ import torch
 from torch import nn
 
 from ddcl_theory.data import debris
-from ddcl_theory.experiments import require_positive_ints
-from ddcl_theory.experiments.laplacian_vit import num_threads
 from ddcl_theory.layers.ddcl import DDCLAttention
 from ddcl_theory.metrics import clustering
 from ddcl_theory.metrics.convergence import Convergence, convergence
@@ -52,6 +50,8 @@ from ddcl_theory.models.mlp import QuantizedMLPAutoencoder
 from ddcl_theory.runtime import profile
 from ddcl_theory.runtime.progress import progress
 from ddcl_theory.runtime.rundir import RunDir
+from ddcl_theory.runtime.settings import Settings, setting
+from ddcl_theory.runtime.threads import num_threads
 from ddcl_theory.runtime.training import fit
 from ddcl_theory.theory.collapse import critical_temperature
 
@@ -92,8 +92,11 @@ PLATEAU_REL = 0.01
 
 
 @dataclass(frozen=True)
-class DebrisSettings:
-    """Scale of the debris experiment; :meth:`from_profile` picks it from the active profile.
+class DebrisSettings(Settings):
+    """Scale of the debris experiment: cpu five catalogues of 3000 objects (the step scales of
+    the trend: the head's epoch checkpoints); reference ten seeds (the D13 rule) at 1000, 3000
+    and 10000 objects; paper ten seeds at 2000, 5000 and 20000 objects (paper smoke test: two
+    catalogues of 500 objects, 5 epochs).
 
     Attributes:
         n_objects: catalogue size (one catalogue per seed and size); the largest scale.
@@ -116,61 +119,41 @@ class DebrisSettings:
         threads: torch threads during the run (None: leave as is).
     """
 
-    n_objects: int
-    seeds: tuple[int, ...]
-    trend_objects: tuple[int, ...] = ()
-    num_clusters: int = 4
-    epochs: int = 500
-    lr: float = 0.05
-    relative_temperature: float = 0.1
-    temperature_sweep: tuple[float, ...] = (0.03, 0.1, 0.3)
-    kmeans_restarts: int = 10
-    gmm_covariances: tuple[str, ...] = GMM_COVARIANCES
-    readout_hidden: int = 32
-    readout_latent: int = 4
-    readout_lr: float = 0.01
-    readout_beta: float = 0.25
-    sgd_lr: float = 0.5
-    sigma_r: float = 0.01
-    sigma_i: float = 0.5
-    reference_overlap_free: bool = True
-    threads: int | None = 1
+    n_objects: int = setting(3000, reference=10000, paper=20000, smoke=500, ge=1)
+    seeds: tuple[int, ...] = setting((0, 1, 2, 3, 4), reference=tuple(range(10)),
+                                     paper=tuple(range(10)), smoke=(0, 1), ge=0)
+    trend_objects: tuple[int, ...] = setting((), reference=(1000, 3000), paper=(2000, 5000),
+                                             smoke=(), ge=4)
+    num_clusters: int = setting(4, ge=1)
+    epochs: int = setting(500, smoke=5, ge=1)
+    lr: float = setting(0.05, gt=0)
+    relative_temperature: float = setting(0.1, gt=0)
+    temperature_sweep: tuple[float, ...] = setting((0.03, 0.1, 0.3), gt=0, nonempty=True)
+    kmeans_restarts: int = setting(10, ge=1)
+    gmm_covariances: tuple[str, ...] = setting(GMM_COVARIANCES, choices=GMM_COVARIANCES,
+                                               nonempty=True)
+    readout_hidden: int = setting(32, ge=1)
+    readout_latent: int = setting(4, ge=1)
+    readout_lr: float = setting(0.01, gt=0)
+    readout_beta: float = setting(0.25, ge=0)
+    sgd_lr: float = setting(0.5, gt=0)
+    sigma_r: float = setting(0.01, ge=0)
+    sigma_i: float = setting(0.5, ge=0)
+    reference_overlap_free: bool = setting(True)
+    threads: int | None = setting(1, paper=None, ge=1)
 
-    @classmethod
-    def from_profile(cls) -> DebrisSettings:
-        """cpu: five catalogues of 3000 objects (the step scales of the trend: the head's
-        epoch checkpoints); reference: ten seeds (the D13 rule) at 1000, 3000 and 10000
-        objects; paper: ten seeds at 2000, 5000 and 20000 objects."""
-        p = profile.current()
-        return cls(n_objects=p.pick(cpu=3000, reference=10000, paper=20000, smoke=500),
-                   trend_objects=p.pick(cpu=(), reference=(1000, 3000), paper=(2000, 5000),
-                                        smoke=()),
-                   seeds=p.pick(cpu=(0, 1, 2, 3, 4), reference=tuple(range(10)),
-                                paper=tuple(range(10)), smoke=(0, 1)),
-                   epochs=p.pick(cpu=500, paper=500, smoke=5),
-                   threads=p.pick(cpu=1, paper=None))
-
-    def __post_init__(self) -> None:
-        require_positive_ints(self, skip=(
-            "seeds", "trend_objects", "gmm_covariances", "lr", "relative_temperature", "temperature_sweep", "readout_lr", "sgd_lr",
-            "readout_beta", "sigma_r", "sigma_i", "reference_overlap_free", "threads"))
+    def check(self) -> None:
         if len(self.seeds) < 2:
-            raise ValueError(f"seeds: expected at least two seeds (for a spread), "
-                             f"got {self.seeds!r}")
+            raise ValueError(f"DebrisSettings.seeds: expected at least two seeds (for a "
+                             f"spread), got {self.seeds!r}")
         if self.relative_temperature not in self.temperature_sweep:
-            raise ValueError(f"relative_temperature: expected one of temperature_sweep "
-                             f"{self.temperature_sweep}, got {self.relative_temperature!r}")
-        if (any(not r > 0 for r in self.temperature_sweep)
-                or not (self.lr > 0 and self.readout_lr > 0)):
-            raise ValueError("temperature_sweep, lr, readout_lr: expected positive values")
+            raise ValueError(f"DebrisSettings.relative_temperature: expected one of "
+                             f"temperature_sweep {self.temperature_sweep}, got "
+                             f"{self.relative_temperature!r}")
         if (list(self.trend_objects) != sorted(set(self.trend_objects))
-                or any(not 4 <= n < self.n_objects for n in self.trend_objects)):
-            raise ValueError(f"trend_objects: expected increasing sizes >= 4 below n_objects "
-                             f"{self.n_objects}, got {self.trend_objects!r}")
-        if not self.gmm_covariances or any(c not in GMM_COVARIANCES
-                                           for c in self.gmm_covariances):
-            raise ValueError(f"gmm_covariances: expected some of {GMM_COVARIANCES}, got "
-                             f"{self.gmm_covariances!r}")
+                or any(n >= self.n_objects for n in self.trend_objects)):
+            raise ValueError(f"DebrisSettings.trend_objects: expected increasing sizes >= 4 "
+                             f"below n_objects {self.n_objects}, got {self.trend_objects!r}")
 
     @property
     def object_scales(self) -> tuple[int, ...]:
@@ -375,7 +358,7 @@ def fit_ddcl_readout(x: np.ndarray, k: int, relative_temperature: float, epochs:
     with torch.no_grad():
         z0 = model.encoder(xt)
         # MSE + beta L_q with q differentiated: L_q's own threshold, 4 lambda_max
-        quantizer.layer.set_temperature(
+        quantizer.layer.temperature.set(
             relative_temperature * critical_temperature(z0, objective="quantisation"))
         quantizer.layer.init_prototypes_from(z0[None], generator=gen)
     params = [*model.encoder.parameters(), *model.decoder.parameters(), *quantizer.parameters()]

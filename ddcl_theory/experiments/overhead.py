@@ -17,31 +17,28 @@ import torch
 from ddcl_theory.layers.laplacian import LaplacianAttention
 from ddcl_theory.runtime import profile
 from ddcl_theory.runtime.rundir import RunDir
+from ddcl_theory.runtime.settings import Settings, setting
 
 
 @dataclass(frozen=True)
-class OverheadSettings:
-    """Sizes of the timing run (values from the profile)."""
+class OverheadSettings(Settings):
+    """Sizes of the timing run: cpu 8 sequences of 256 tokens, width 128, 8 heads, 15 repeats;
+    paper 32 x 1024 tokens, width 768, 12 heads, 50 repeats. The paper smoke test times one
+    sequence of the paper's shape once, after no warm-up."""
 
-    batch: int = 8
-    seq_len: int = 256
-    dim: int = 128
-    heads: int = 8
-    causal: bool = False
-    repeats: int = 15
-    warmup: int = 3
-    seed: int = 0
+    batch: int = setting(8, paper=32, smoke=1, ge=1)
+    seq_len: int = setting(256, paper=1024, ge=1)
+    dim: int = setting(128, paper=768, ge=1)
+    heads: int = setting(8, paper=12, ge=1)
+    causal: bool = setting(False)
+    repeats: int = setting(15, paper=50, smoke=1, ge=1)
+    warmup: int = setting(3, smoke=0, ge=0)
+    seed: int = setting(0, ge=0)
 
-    @classmethod
-    def from_profile(cls) -> "OverheadSettings":
-        """cpu and paper sizes; the paper smoke test times one sequence of the paper's shape
-        once, after no warm-up."""
-        prof = profile.current()
-        return cls(batch=prof.pick(cpu=8, paper=32, smoke=1),
-                   seq_len=prof.pick(cpu=256, paper=1024),
-                   dim=prof.pick(cpu=128, paper=768), heads=prof.pick(cpu=8, paper=12),
-                   repeats=prof.pick(cpu=15, paper=50, smoke=1),
-                   warmup=prof.pick(cpu=3, paper=3, smoke=0))
+    def check(self) -> None:
+        if self.dim % self.heads:
+            raise ValueError(f"OverheadSettings.dim: expected a multiple of heads "
+                             f"{self.heads}, got {self.dim}")
 
 
 @dataclass

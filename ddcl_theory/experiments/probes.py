@@ -6,7 +6,7 @@ Supervised: on [CLS] and on the mean, a logistic-regression probe solved to conv
 (:class:`~ddcl_theory.layers.readouts.DDCLPooledReadout`) and its linear head are trained
 together by :func:`train_classifier` (AdamW, mini-batches, a fixed number of epochs, on
 :func:`ddcl_theory.runtime.training.fit`; seeds vary the initialisation and the batch order).
-The evidence of record (claim D14, issue 14) uses the tuned forms: :func:`linear_probe_cv`
+The evidence of record (claim D14) uses the tuned forms: :func:`linear_probe_cv`
 (the probe's inverse regularisation C chosen by stratified k-fold cross-validation on the
 training split, scikit-learn's ``LogisticRegressionCV``) and :func:`ddcl_readout_fit` (the DDCL
 readout trained to its validation plateau, configured by one :class:`DDCLReadoutConfig`: its
@@ -529,7 +529,7 @@ def ddcl_readout_fit(train: PackedTokens, y_train: Tensor, val: PackedTokens, y_
         model.calibrate(seed_tokens, 0.1, generator=gen, lloyd_steps=config.lloyd_steps)
         t_c = head_tc()
         tau = config.relative_temperature * t_c
-        model.ddcl.set_temperature(tau)
+        model.ddcl.temperature.set(tau)
 
     def inputs(data: PackedTokens, idx: Tensor) -> tuple[Tensor, Tensor, int]:
         tokens, seg = data.batch(idx)

@@ -7,7 +7,9 @@ here, so no chapter's experiment can miss the smoke run.
 
 An entry names its module, settings class and run function as strings (imported when used, so a
 module that fails to import fails under its entry's name) and optional ``overrides``: keyword
-arguments of ``Settings.from_profile`` (e.g. ``{"causal": True}``).
+arguments of ``Settings.from_profile`` (e.g. ``{"causal": True}``). ``fixed_scale`` marks an
+experiment that runs at one scale in every profile (an exact computation in float64): the smoke
+run runs it whole instead of asking it for a smaller budget.
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ class Experiment:
     settings: str
     run: str
     overrides: Mapping[str, Any] = field(default_factory=dict)
+    fixed_scale: bool = False
 
     def __post_init__(self) -> None:
         for name in ("module", "settings", "run"):
@@ -59,8 +62,9 @@ class Experiment:
         return getattr(importlib.import_module(self.module), self.run)
 
 
-def _e(module: str, settings: str, run: str = "run", **overrides: Any) -> Experiment:
-    return Experiment(_PREFIX + module, settings, run, overrides)
+def _e(module: str, settings: str, run: str = "run", *, fixed_scale: bool = False,
+       **overrides: Any) -> Experiment:
+    return Experiment(_PREFIX + module, settings, run, overrides, fixed_scale)
 
 
 #: Every run function a chapter calls, with the settings it is called with.
@@ -71,6 +75,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     _e("annealing", "AnnealingSettings"),
     _e("eps_ablation", "AblationSettings"),
     _e("eps_ablation", "SGDAblationSettings", lr_p=1.0),
+    _e("eps_ablation", "LinearSettings", "linear_analysis", fixed_scale=True),
     _e("learned_attention", "LearnedAttentionSettings", causal=True),
     _e("learned_attention", "LearnedAttentionSettings", causal=False),
     _e("overhead", "OverheadSettings"),

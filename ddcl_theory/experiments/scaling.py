@@ -17,29 +17,24 @@ from ddcl_theory.layers.ddcl import DDCLAttention
 from ddcl_theory.metrics.fits import loglog_slope
 from ddcl_theory.runtime import profile
 from ddcl_theory.runtime.rundir import RunDir
+from ddcl_theory.runtime.settings import Settings, setting
 
 
 @dataclass(frozen=True)
-class ScalingSettings:
-    """Sizes of the timing sweep (values from the profile)."""
+class ScalingSettings(Settings):
+    """Sizes of the timing sweep: cpu T = 128 ... 2048 at dim 64, 5 repeats; paper T = 256 ...
+    32768 at dim 768, 20 repeats. The paper smoke test times the two shortest paper lengths once
+    (the longer ones cost minutes of CPU for self-attention)."""
 
-    seq_lens: tuple[int, ...]
-    dim: int = 64
-    num_prototypes: int = 16
-    heads: int = 2
-    attn_heads: int = 4
-    batch: int = 4
-    repeats: int = 5
-
-    @classmethod
-    def from_profile(cls) -> "ScalingSettings":
-        """cpu and paper sweeps; the paper smoke test times the two shortest paper lengths once
-        (the longer ones cost minutes of CPU for self-attention)."""
-        prof = profile.current()
-        return cls(seq_lens=prof.pick(cpu=(128, 256, 512, 1024, 2048),
-                                      paper=(256, 1024, 4096, 16384, 32768),
-                                      smoke=(256, 1024)),
-                   dim=prof.pick(cpu=64, paper=768), repeats=prof.pick(cpu=5, paper=20, smoke=1))
+    seq_lens: tuple[int, ...] = setting((128, 256, 512, 1024, 2048),
+                                        paper=(256, 1024, 4096, 16384, 32768),
+                                        smoke=(256, 1024), ge=1, nonempty=True)
+    dim: int = setting(64, paper=768, ge=1)
+    num_prototypes: int = setting(16, ge=1)
+    heads: int = setting(2, ge=1)
+    attn_heads: int = setting(4, ge=1)
+    batch: int = setting(4, ge=1)
+    repeats: int = setting(5, paper=20, smoke=1, ge=1)
 
 
 @dataclass

@@ -41,13 +41,13 @@ import numpy as np
 import torch
 
 from ddcl_theory import data
-from ddcl_theory.experiments import require_positive_ints
-from ddcl_theory.experiments.laplacian_vit import num_threads
 from ddcl_theory.layers.quantizers import EMAVectorQuantizer, HardVQ, SoftDDCLQuantizer
 from ddcl_theory.metrics.convergence import convergence
 from ddcl_theory.models.vqvae import VQVAE
 from ddcl_theory.runtime import profile
 from ddcl_theory.runtime.rundir import RunDir
+from ddcl_theory.runtime.settings import Settings, setting
+from ddcl_theory.runtime.threads import num_threads
 from ddcl_theory.runtime.training import fit
 from ddcl_theory.theory.collapse import critical_temperature
 
@@ -76,8 +76,11 @@ OBJECTIVE = "quantisation"
 
 
 @dataclass(frozen=True)
-class SoftVQSettings:
-    """Scale of the VQ-VAE comparison; :meth:`from_profile` picks it from the active profile.
+class SoftVQSettings(Settings):
+    """Scale of the VQ-VAE comparison: cpu three small data scales of 16x16 images and 3 seeds;
+    reference three larger scales and 5 seeds; paper 250, 1,500 and 9,000 full-size images, 5
+    seeds, 50 epochs (paper smoke test: one scale, one seed, one epoch, one candidate of each
+    arm).
 
     Attributes:
         n_train: training-set sizes (first images of the CIFAR-10 subset), ascending: the data
@@ -97,72 +100,39 @@ class SoftVQSettings:
         threads: torch threads during the run (None: leave as is).
     """
 
-    n_train: tuple[int, ...]
-    n_test: int
-    n_val: int
-    downsample: int
-    hidden: int
-    latent_dim: int
-    num_codes: int
-    epochs: int
-    batch_size: int
-    lr: float
-    beta: float
-    relative_temperatures: tuple[float, ...]
-    ema_decays: tuple[float, ...]
-    ema_thresholds: tuple[float, ...]
-    seeds: tuple[int, ...]
-    selection_seed: int = 1000
-    n_show: int = 6
-    threads: int | None = 1
+    n_train: tuple[int, ...] = setting((160, 320, 640), reference=(640, 1280, 2560),
+                                       paper=(250, 1500, 9000), smoke=(250,), ge=1,
+                                       nonempty=True)
+    n_test: int = setting(500, reference=1000, paper=1000, smoke=128, ge=1)
+    n_val: int = setting(500, reference=1000, paper=1000, smoke=128, ge=1)
+    downsample: int = setting(2, paper=1, ge=1)
+    hidden: int = setting(32, paper=128, ge=1)
+    latent_dim: int = setting(16, paper=64, ge=1)
+    num_codes: int = setting(64, ge=1)
+    epochs: int = setting(4, reference=6, paper=50, smoke=1, ge=1)
+    batch_size: int = setting(32, paper=128, ge=1)
+    lr: float = setting(2e-3, gt=0)
+    beta: float = setting(0.25, ge=0)
+    relative_temperatures: tuple[float, ...] = setting((0.01, 0.03, 0.1, 0.3, 1.0, 3.0),
+                                                       smoke=(0.1,), gt=0, nonempty=True)
+    # smoke: one VectorQuantize setting (the selection code still runs)
+    ema_decays: tuple[float, ...] = setting((0.8, 0.9, 0.99), smoke=(0.9,), gt=0, lt=1,
+                                            nonempty=True)
+    ema_thresholds: tuple[float, ...] = setting((1.0, 2.0), smoke=(2.0,), gt=0, nonempty=True)
+    seeds: tuple[int, ...] = setting((0, 1, 2), reference=(0, 1, 2, 3, 4),
+                                     paper=(0, 1, 2, 3, 4), smoke=(0,), ge=0, nonempty=True)
+    selection_seed: int = setting(1000, ge=0)
+    n_show: int = setting(6, ge=1)
+    threads: int | None = setting(1, paper=None, ge=1)
 
-    @classmethod
-    def from_profile(cls) -> SoftVQSettings:
-        p = profile.current()
-        return cls(n_train=p.pick(cpu=(160, 320, 640), reference=(640, 1280, 2560),
-                                  paper=(250, 1500, 9000), smoke=(250,)),
-                   n_test=p.pick(cpu=500, reference=1000, paper=1000, smoke=128),
-                   n_val=p.pick(cpu=500, reference=1000, paper=1000, smoke=128),
-                   downsample=p.pick(cpu=2, paper=1), hidden=p.pick(cpu=32, paper=128),
-                   latent_dim=p.pick(cpu=16, paper=64), num_codes=64,
-                   epochs=p.pick(cpu=4, reference=6, paper=50, smoke=1),
-                   batch_size=p.pick(cpu=32, paper=128),
-                   lr=2e-3, beta=0.25,
-                   relative_temperatures=p.pick(cpu=(0.01, 0.03, 0.1, 0.3, 1.0, 3.0),
-                                                paper=(0.01, 0.03, 0.1, 0.3, 1.0, 3.0),
-                                                smoke=(0.1,)),
-                   # smoke: one VectorQuantize setting (the selection code still runs)
-                   ema_decays=p.pick(cpu=(0.8, 0.9, 0.99), paper=(0.8, 0.9, 0.99),
-                                     smoke=(0.9,)),
-                   ema_thresholds=p.pick(cpu=(1.0, 2.0), paper=(1.0, 2.0), smoke=(2.0,)),
-                   seeds=p.pick(cpu=(0, 1, 2), reference=(0, 1, 2, 3, 4),
-                                paper=(0, 1, 2, 3, 4), smoke=(0,)),
-                   threads=p.pick(cpu=1, paper=None))
-
-    def __post_init__(self) -> None:
-        require_positive_ints(self, skip=("n_train", "lr", "beta", "relative_temperatures",
-                                          "ema_decays", "ema_thresholds", "seeds",
-                                          "selection_seed", "threads"))
-        if not self.n_train or list(self.n_train) != sorted(set(self.n_train)) or any(
-                not isinstance(n, int) or n < self.batch_size for n in self.n_train):
-            raise ValueError(f"n_train: expected ascending distinct ints >= batch_size, got "
-                             f"{self.n_train!r}")
-        if not self.seeds:
-            raise ValueError("seeds: expected at least one seed")
+    def check(self) -> None:
+        if list(self.n_train) != sorted(set(self.n_train)) or any(
+                n < self.batch_size for n in self.n_train):
+            raise ValueError(f"SoftVQSettings.n_train: expected ascending distinct ints >= "
+                             f"batch_size {self.batch_size}, got {self.n_train!r}")
         if self.selection_seed in self.seeds:
-            raise ValueError(f"selection_seed: expected a seed that does not decide, got "
-                             f"{self.selection_seed!r}")
-        if not self.relative_temperatures or any(
-                not (isinstance(r, (int, float)) and r > 0) for r in self.relative_temperatures):
-            raise ValueError(f"relative_temperatures: expected positive numbers, "
-                             f"got {self.relative_temperatures!r}")
-        if not self.ema_decays or any(not 0 < d < 1 for d in self.ema_decays):
-            raise ValueError(f"ema_decays: expected values in (0, 1), got {self.ema_decays!r}")
-        if not self.ema_thresholds or any(not t > 0 for t in self.ema_thresholds):
-            raise ValueError(f"ema_thresholds: expected positive thresholds, got "
-                             f"{self.ema_thresholds!r}")
-        if not (self.lr > 0 and self.beta >= 0):
-            raise ValueError(f"lr, beta: expected lr > 0 and beta >= 0, got {self.lr}, {self.beta}")
+            raise ValueError(f"SoftVQSettings.selection_seed: expected a seed that does not "
+                             f"decide, got {self.selection_seed!r}")
 
 
 @dataclass(frozen=True)
@@ -410,7 +380,7 @@ def train_one(settings: SoftVQSettings, arm: Arm, seed: int, n_train: int, tenso
             first = model.encode(x_tr[first_order[: settings.batch_size].to(device)])
             # the loss trained is L_q with q differentiated: its threshold is T_c = 4 lambda_max
             tau = arm.r * critical_temperature(_flat(first), objective=OBJECTIVE)
-            model.quantizer.layer.set_temperature(tau)
+            model.quantizer.layer.temperature.set(tau)
             model.quantizer.layer.init_prototypes_from(first, generator=gen)
     opt = torch.optim.Adam(model.parameters(), lr=settings.lr)
     steps = math.ceil(len(x_tr) / settings.batch_size)
@@ -574,7 +544,7 @@ def encoder_gradients(images: torch.Tensor, *, relative_temperature: float = 0.1
         if name == "soft":
             with torch.no_grad():
                 tokens = model.encode(images)
-                quantizer.layer.set_temperature(
+                quantizer.layer.temperature.set(
                     relative_temperature * critical_temperature(_flat(tokens),
                                                                 objective=OBJECTIVE))
                 quantizer.layer.init_prototypes_from(tokens, generator=gen)

@@ -26,7 +26,6 @@ import torch
 
 from ddcl_theory import functional as F
 from ddcl_theory.data.text import embed, load_encoder
-from ddcl_theory.experiments import require_positive_ints
 from ddcl_theory.experiments.text_readout import (
     NEWSGROUPS,
     TextReadoutSettings,
@@ -38,50 +37,32 @@ from ddcl_theory.metrics.prototypes import separation, usage
 from ddcl_theory.models.stacked_ddcl import StackedDDCL
 from ddcl_theory.runtime import profile
 from ddcl_theory.runtime.rundir import RunDir
+from ddcl_theory.runtime.settings import Settings, nested, setting
 from ddcl_theory.runtime.training import fit
 
 LEVELS = (1, 2)
 
 
-def _pick(cpu, paper, smoke=None):
-    return field(default_factory=lambda: profile.current().pick(cpu=cpu, paper=paper, smoke=smoke))
-
-
 @dataclass(frozen=True)
-class StackedSettings:
-    """Scale of the stacked-layers experiment (values from the active profile by default).
+class StackedSettings(Settings):
+    """Scale of the stacked-layers experiment: cpu K1 = 32 and 10 epochs, paper K1 = 64 and 40
+    epochs (paper smoke test: one epoch).
 
     ``text`` fixes the 20 Newsgroups draw and the encoder (those of the text-readout chapter).
     """
 
-    k1: int = _pick(32, 64)
-    k2: int = 20
-    epochs: int = _pick(10, 40, smoke=1)
-    recompute_every: int = 5
-    batch_docs: int = 100
-    lr: float = 0.02
-    level2_weight: float = 1.0
-    fraction1: float = 0.05
-    fraction2: float = 0.05
-    seed: int = 0
-    top_words: int = 6
-    text: TextReadoutSettings = field(default_factory=TextReadoutSettings)
-
-    def __post_init__(self) -> None:
-        require_positive_ints(self, skip=("lr", "level2_weight", "fraction1", "fraction2",
-                                          "seed", "text"))
-        for name in ("lr", "fraction1", "fraction2"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name}: expected a number > 0, got {getattr(self, name)!r}")
-        if not self.level2_weight >= 0:
-            raise ValueError(f"level2_weight: expected a number >= 0, got {self.level2_weight!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"seed: expected an int >= 0, got {self.seed!r}")
-
-    @classmethod
-    def from_profile(cls) -> StackedSettings:
-        """The active profile's values (the same as ``StackedSettings()``)."""
-        return cls()
+    k1: int = setting(32, paper=64, ge=1)
+    k2: int = setting(20, ge=1)
+    epochs: int = setting(10, paper=40, smoke=1, ge=1)
+    recompute_every: int = setting(5, ge=1)
+    batch_docs: int = setting(100, ge=1)
+    lr: float = setting(0.02, gt=0)
+    level2_weight: float = setting(1.0, ge=0)
+    fraction1: float = setting(0.05, gt=0)
+    fraction2: float = setting(0.05, gt=0)
+    seed: int = setting(0, ge=0)
+    top_words: int = setting(6, ge=1)
+    text: TextReadoutSettings = nested(TextReadoutSettings)
 
 
 @dataclass
@@ -190,7 +171,7 @@ def run(settings: StackedSettings | None = None, encoder=None,
     ``run_dir`` (default: the experiment's :class:`ddcl_theory.runtime.rundir.RunDir`, enabled in
     the paper profile), so an interrupted run resumes at its last finished epoch.
     """
-    s = settings or StackedSettings()
+    s = settings or StackedSettings.from_profile()
     run_dir = run_dir if run_dir is not None else RunDir("stacked_layers", s)
     device = profile.current().device
     encoder = encoder or load_encoder(s.text.encoder, device=device,

@@ -44,7 +44,7 @@ Every DDCL training and clustering is a unit of the run directory
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -58,11 +58,11 @@ from ddcl_theory.data.text import (
     strip_newsgroup,
 )
 from ddcl_theory.experiments import probes as P
-from ddcl_theory.experiments import require_positive_ints
 from ddcl_theory.layers import readouts as R
 from ddcl_theory.metrics.clustering import ari, clustering_acc, nmi, purity
 from ddcl_theory.runtime import profile
 from ddcl_theory.runtime.rundir import RunDir
+from ddcl_theory.runtime.settings import Settings, setting
 
 CORPORA = ("sst2", "imdb", "20ng")
 TITLES = {"sst2": "SST-2", "imdb": "IMDB", "20ng": "20 Newsgroups"}
@@ -77,11 +77,6 @@ NEWSGROUPS = ("alt.atheism", "comp.graphics", "comp.os.ms-windows.misc",
               "rec.sport.hockey", "sci.crypt", "sci.electronics", "sci.med", "sci.space",
               "soc.religion.christian", "talk.politics.guns", "talk.politics.mideast",
               "talk.politics.misc", "talk.religion.misc")
-
-
-def _pick(cpu, paper, smoke=None, reference=None):
-    return field(default_factory=lambda: profile.current().pick(
-        cpu=cpu, paper=paper, smoke=smoke, reference=reference))
 
 
 #: THE DDCL readout configuration of claims D14 and D17 (see the module docstring).
@@ -127,8 +122,8 @@ def _smoke_readout():
 
 
 @dataclass(frozen=True)
-class TextReadoutSettings:
-    """Scale of the text-readout experiment (values from the active profile by default).
+class TextReadoutSettings(Settings):
+    """Scale of the text-readout experiment.
 
     Sizes of 0 mean "all rows of the split". Lengths are in tokens, [CLS] and [SEP] included.
     cpu: small draws (SST-2 as in the reference profile), cut at 64 / 128 / 64 tokens, 3
@@ -138,50 +133,26 @@ class TextReadoutSettings:
     BERT-base, cut at 512.
     """
 
-    encoder: str = _pick("minilm", "bert-base-uncased")
-    sst2_train: int = _pick(1000, 0, smoke=64, reference=1000)
-    sst2_max_length: int = _pick(64, 512, reference=256)
-    imdb_train: int = _pick(300, 0, smoke=32)
-    imdb_test: int = _pick(300, 0, smoke=32)
-    imdb_max_length: int = _pick(128, 512, reference=256)
-    ng_train: int = _pick(800, 0, smoke=64, reference=600)
-    ng_test: int = _pick(400, 0, smoke=32, reference=300)
-    ng_max_length: int = _pick(64, 512, reference=256)
-    seeds: int = _pick(3, 10, smoke=1, reference=10)
-    readout: P.DDCLReadoutConfig = field(default_factory=lambda: profile.current().pick(
-        cpu=DDCL_READOUT, paper=DDCL_READOUT, smoke=_smoke_readout()))
-    probe_cs: tuple[float, ...] = P.PROBE_CS
-    probe_folds: int = 5
-    cluster_seeds: int = _pick(3, 5, smoke=1)
-    cluster_steps: int = _pick(20, 200, smoke=2, reference=40)
-    cluster_tokens: int = _pick(2500, 200000, smoke=500, reference=5000)
-    cluster_temperature_fraction: float = 0.05
-    kmeans_restarts: int = _pick(3, 10, smoke=1)
-    data_seed: int = 0
-    batch_tokens: int = 2048
-
-    def __post_init__(self) -> None:
-        require_positive_ints(self, skip=("encoder", "sst2_train", "imdb_train", "imdb_test",
-                                          "ng_train", "ng_test", "readout", "probe_cs",
-                                          "cluster_temperature_fraction", "data_seed"))
-        for name in ("sst2_train", "imdb_train", "imdb_test", "ng_train", "ng_test", "data_seed"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ValueError(f"{name}: expected an int >= 0 (0 = all rows), got {v!r}")
-        if not self.cluster_temperature_fraction > 0:
-            raise ValueError(f"cluster_temperature_fraction: expected a number > 0, got "
-                             f"{self.cluster_temperature_fraction!r}")
-        if not isinstance(self.readout, P.DDCLReadoutConfig):
-            raise ValueError(f"readout: expected a DDCLReadoutConfig, got {self.readout!r}")
-        if not self.probe_cs or any(not c > 0 for c in self.probe_cs):
-            raise ValueError(f"probe_cs: expected positive numbers, got {self.probe_cs!r}")
-        if self.probe_folds < 2:
-            raise ValueError(f"probe_folds: expected an int >= 2, got {self.probe_folds!r}")
-
-    @classmethod
-    def from_profile(cls) -> "TextReadoutSettings":
-        """The active profile's values (the same as ``TextReadoutSettings()``)."""
-        return cls()
+    encoder: str = setting("minilm", paper="bert-base-uncased")
+    sst2_train: int = setting(1000, paper=0, smoke=64, ge=0)
+    sst2_max_length: int = setting(64, reference=256, paper=512, ge=1)
+    imdb_train: int = setting(300, paper=0, smoke=32, ge=0)
+    imdb_test: int = setting(300, paper=0, smoke=32, ge=0)
+    imdb_max_length: int = setting(128, reference=256, paper=512, ge=1)
+    ng_train: int = setting(800, reference=600, paper=0, smoke=64, ge=0)
+    ng_test: int = setting(400, reference=300, paper=0, smoke=32, ge=0)
+    ng_max_length: int = setting(64, reference=256, paper=512, ge=1)
+    seeds: int = setting(3, reference=10, paper=10, smoke=1, ge=1)
+    readout: P.DDCLReadoutConfig = setting(DDCL_READOUT, smoke=_smoke_readout())
+    probe_cs: tuple[float, ...] = setting(P.PROBE_CS, gt=0, nonempty=True)
+    probe_folds: int = setting(5, ge=2)
+    cluster_seeds: int = setting(3, paper=5, smoke=1, ge=1)
+    cluster_steps: int = setting(20, reference=40, paper=200, smoke=2, ge=1)
+    cluster_tokens: int = setting(2500, reference=5000, paper=200000, smoke=500, ge=1)
+    cluster_temperature_fraction: float = setting(0.05, gt=0)
+    kmeans_restarts: int = setting(3, paper=10, smoke=1, ge=1)
+    data_seed: int = setting(0, ge=0)
+    batch_tokens: int = setting(2048, ge=1)
 
 
 # ----------------------------------------------------------------------------------- corpora
@@ -494,7 +465,7 @@ def run(settings: TextReadoutSettings | None = None, *, encoder=None,
         corpora: dict[str, Corpus] | tuple[str, ...] = CORPORA) -> TextReadoutResult:
     """Run :func:`run_corpus` on each corpus (names, or draws from :func:`load_corpus`) with one
     frozen encoder (loaded from the settings unless given)."""
-    s = settings or TextReadoutSettings()
+    s = settings or TextReadoutSettings.from_profile()
     encoder = encoder or load_encoder(s.encoder, device=profile.current().device,
                                       batch_tokens=s.batch_tokens)
     draws = corpora if isinstance(corpora, dict) else {n: None for n in corpora}

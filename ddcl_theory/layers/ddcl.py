@@ -8,6 +8,11 @@ For every valid token x_t in R^dim and every head h:
     y_t    = W_out [mu_t^1; ...; mu_t^H] + b   (output projection)
     out_t  = LayerNorm(x_t + y_t)              (residual and LayerNorm, each switchable off)
 
+and the loss terms, means over valid tokens and heads, with L_q = L_OLS + V:
+
+    L_q = sum_k q_tk^h ||z_t^h - p_k^h||^2,  L_OLS = ||z_t^h - mu_t^h||^2,
+    V   = sum_k q_tk^h ||p_k^h - mu_t^h||^2.
+
 There is no token-token interaction: the cost is O(T K d) per sequence and nothing is iterated at
 inference. Masked tokens (mask False) are replaced by zeros before the projection and give zero
 rows in ``output`` and ``assignments``; they touch neither the valid tokens, the pooled summary,
@@ -17,22 +22,18 @@ the losses nor any gradient.
 mean soft centroid, plus the bias): a per-sequence summary that lies in the image of the convex
 hulls of the prototype banks. A row with no valid token (fully masked, or T = 0) gets zeros.
 
-Temperature (documented choice): ``temperature`` is either a positive float (fixed; change it with
-:meth:`DDCLAttention.set_temperature`), or a callable ``schedule(step: int) -> float`` evaluated at
-the layer's step counter (advance it with :meth:`DDCLAttention.advance_schedule`; the counter is a
-buffer and is saved in the state dict). ``learnable_temperature=True`` makes tau = exp(log_tau) a
-parameter started at the given float. Fixed and scheduled values are checked in Python when they
-are set (a bad scheduled value makes the next forward pass raise ``ValueError``) and kept in the
-buffer ``_fixed_temperature``, which the forward pass reads as a tensor: the forward pass never
-converts a tensor to a Python number, never indexes by a boolean mask and never sizes a tensor by
-its data, so it has no host-device synchronisation and compiles with
-``torch.compile(layer, fullgraph=True)``.
+tau is the submodule ``layer.temperature``, a :class:`~ddcl_theory.layers.temperature.Temperature`
+(fixed, scheduled or learnable).
 
-Computation (how, not what): q, mu and the loss terms of all heads come from one fused autograd
-function, :func:`~ddcl_theory.layers.ddcl_fused.prototype_readout`, which computes them in
-chunks of tokens with a hand-derived backward pass (peak memory linear in T; see
-:mod:`ddcl_theory.bench` for measurements). The temperature lives in
-:class:`~ddcl_theory.layers.temperature.TemperatureLayer`.
+Two computation paths give the same results (tested on values and float64 gradients):
+
+* explicit (``explicit=True``, or the attribute of the same name): the equations above, head by
+  head, on :mod:`ddcl_theory.functional`; the method to read is ``_forward_explicit``;
+* fused (the default): :func:`~ddcl_theory.layers.ddcl_fused.prototype_readout` computes q, mu
+  and the loss terms of all heads in chunks of tokens with a hand-derived backward pass (peak
+  memory linear in T; see :mod:`ddcl_theory.bench`). It never converts a tensor to a Python
+  number, never indexes by a boolean mask and never sizes a tensor by its data, so it has no
+  host-device synchronisation and compiles with ``torch.compile(layer, fullgraph=True)``.
 """
 from __future__ import annotations
 
@@ -41,8 +42,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from ddcl_theory import functional as F
 from ddcl_theory.layers.ddcl_fused import prototype_readout
-from ddcl_theory.layers.temperature import Schedule, TemperatureLayer
+from ddcl_theory.layers.temperature import Schedule, Temperature
 from ddcl_theory.metrics import prototypes as protos
 from ddcl_theory.runtime.validate import check_positive_int, check_tokens, valid_tokens
 
@@ -51,8 +53,7 @@ __all__ = ["DDCLAttention", "DDCLOutput", "DDCLLosses", "DDCLDiagnostics", "Sche
 
 @dataclass
 class DDCLLosses:
-    """Loss terms of one forward pass, each a scalar: per token the sum over prototypes, averaged
-    over valid tokens and heads. ``l_q = l_ols + v`` up to rounding (the decomposition)."""
+    """The loss terms of one forward pass (see the module docstring), each a 0-dim tensor."""
 
     l_q: Tensor
     l_ols: Tensor
@@ -95,7 +96,7 @@ class DDCLDiagnostics:
     v: float
 
 
-class DDCLAttention(TemperatureLayer):
+class DDCLAttention(nn.Module):
     """Multi-head DDCL-Attention layer; see the module docstring for the equations.
 
     Args:
@@ -104,7 +105,7 @@ class DDCLAttention(TemperatureLayer):
         heads: number of heads, each with its own input projection and prototype bank.
         head_dim: size of a head's projection; default ``dim // heads`` (then ``dim`` must be
             divisible by ``heads``).
-        temperature: a float > 0 or a schedule ``step -> float`` (see the module docstring).
+        temperature: a float > 0 or a schedule ``step -> float``; becomes ``self.temperature``.
         learnable_temperature: learn tau = exp(log_tau), started at ``temperature`` (a float).
         residual: add the input to the projected centroids.
         norm: apply LayerNorm(dim) last.
@@ -113,13 +114,16 @@ class DDCLAttention(TemperatureLayer):
             [h*head_dim, (h+1)*head_dim) of x directly (needs heads * head_dim == dim), so the
             prototypes live in the input space (used to draw them, e.g. as image patches).
         prototype_std: standard deviation of the random normal prototype initialisation.
+        explicit: compute through the explicit equations instead of the fused path (slower; for
+            reading and checks). Can be changed later through the attribute of the same name.
     """
 
     def __init__(self, dim: int, num_prototypes: int, *, heads: int = 1,
                  head_dim: int | None = None,
                  temperature: float | Schedule = 1.0, learnable_temperature: bool = False,
                  residual: bool = True, norm: bool = True, bias: bool = True,
-                 projections: bool = True, prototype_std: float = 0.5) -> None:
+                 projections: bool = True, prototype_std: float = 0.5,
+                 explicit: bool = False) -> None:
         super().__init__()
         head_dim = _checked_head_dim(dim, num_prototypes, heads, head_dim, projections,
                                      prototype_std)
@@ -127,24 +131,56 @@ class DDCLAttention(TemperatureLayer):
         self.heads, self.head_dim = heads, head_dim
         self.residual, self.use_norm = bool(residual), bool(norm)
         self.projections = bool(projections)
+        self.explicit = bool(explicit)
 
         width = heads * head_dim
         self.in_proj = nn.Linear(dim, width, bias=bias) if projections else nn.Identity()
         self.out_proj = nn.Linear(width, dim, bias=bias) if projections else nn.Identity()
         self.prototypes = nn.Parameter(torch.randn(heads, num_prototypes, head_dim) * prototype_std)
         self.norm = nn.LayerNorm(dim) if norm else nn.Identity()
-        self._init_temperature(temperature, learnable_temperature)
+        self.temperature = Temperature(temperature, learnable=learnable_temperature)
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> DDCLOutput:
-        """x (B, T, dim), mask (B, T) bool with True = valid token -> :class:`DDCLOutput`.
-
-        No host-device synchronisation and no data-dependent shape: masked tokens are computed
-        like the others and weighted by 0.
-        """
+        """x (B, T, dim), mask (B, T) bool with True = valid token -> :class:`DDCLOutput`."""
         valid = check_tokens(x, mask, self.dim)                       # (B, T) bool or None
-        tau = self.current_temperature()
-        if self.log_temperature is None:      # a copy: the buffer may change before backward
-            tau = tau.clone()
+        if self.explicit:
+            return self._forward_explicit(x, valid)
+        return self._forward_fused(x, valid)
+
+    def _forward_explicit(self, x: Tensor, valid: Tensor | None) -> DDCLOutput:
+        """The module docstring's equations, head by head, on (B*T, features) matrices."""
+        b, t, _ = x.shape
+        n, h, k, hd = b * t, self.heads, self.num_prototypes, self.head_dim
+        keep = x.new_ones((n,), dtype=torch.bool) if valid is None else valid.reshape(n)
+        rows = keep.unsqueeze(-1)                                       # (N, 1)
+        zero = x.new_zeros(())
+        x_in = torch.where(rows, x.reshape(n, self.dim), zero)          # masked tokens -> 0
+        z = self.in_proj(x_in).view(n, h, hd)
+        tau = self.temperature()
+        q, mu, losses = [], [], []
+        for head, bank in enumerate(self.prototypes):                   # bank (K, hd)
+            z_h = z[:, head]                                            # (N, hd)
+            q_h = F.soft_assign(z_h, bank, tau) * rows      # (N, K) softmax_k(-||z - p_k||^2 / tau)
+            q.append(q_h)
+            mu.append(F.soft_centroid(q_h, bank))           # (N, hd) sum_k q_k p_k
+            losses.append(torch.stack(F.loss_terms(z_h, bank, q_h, keep)))  # L_q, L_OLS, V
+        mu = torch.cat(mu, dim=-1)                                      # (N, H*hd)
+        y = torch.where(rows, self.out_proj(mu), zero)                  # (N, dim)
+        out = self.norm(x_in + y if self.residual else y)
+        out = torch.where(rows, out, zero)
+        counts = keep.view(b, t).sum(1, keepdim=True).clamp_min(1)      # (B, 1)
+        pooled = y.view(b, t, self.dim).sum(1) / counts.to(y.dtype)     # (B, dim)
+        l_q, l_ols, v = torch.stack(losses).mean(0)                     # mean over heads
+        return DDCLOutput(out.view(b, t, self.dim),
+                          torch.stack(q).view(h, b, t, k).transpose(0, 1),   # (B, H, T, K)
+                          pooled, DDCLLosses(l_q, l_ols, v),
+                          z.view(b, t, h, hd).transpose(1, 2),
+                          mu.view(b, t, h, hd).transpose(1, 2))
+
+    def _forward_fused(self, x: Tensor, valid: Tensor | None) -> DDCLOutput:
+        """The same outputs through :func:`prototype_readout`: masked tokens are computed like
+        the others and weighted by 0."""
+        tau = self.temperature()
         b, t, _ = x.shape
         n, h, k, hd = b * t, self.heads, self.num_prototypes, self.head_dim
         # Everything runs on (B*T, features) matrices: in-place steps below then act on fresh
@@ -226,13 +262,13 @@ class DDCLAttention(TemperatureLayer):
         seps = {kind: tuple(float(s) for s in protos.separation(self.prototypes, kind))
                 for kind in protos.SEPARATION_KINDS}
         return DDCLDiagnostics(tuple(used), tuple(ppl), seps["min"], seps["mean"], seps["trace"],
-                               self.temperature, float(out.losses.l_q), float(out.losses.l_ols),
+                               self.temperature.value, float(out.losses.l_q),
+                               float(out.losses.l_ols),
                                float(out.losses.v))
 
     def extra_repr(self) -> str:
         return (f"dim={self.dim}, num_prototypes={self.num_prototypes}, heads={self.heads}, "
-                f"head_dim={self.head_dim}, temperature={self.temperature_repr()}, "
-                f"residual={self.residual}, norm={self.use_norm}, "
+                f"head_dim={self.head_dim}, residual={self.residual}, norm={self.use_norm}, "
                 f"projections={self.projections}")
 
 

@@ -1,4 +1,5 @@
-"""The fused, chunked core of :class:`~ddcl_theory.layers.ddcl.DDCLAttention` (how, not what).
+"""The fast path of the same equations as :class:`~ddcl_theory.layers.ddcl.DDCLAttention`'s
+explicit forward (``explicit=True``, which the tests compare it with on values and gradients).
 
 :func:`prototype_readout` computes, for all heads at once, the soft assignments q, the soft
 centroids mu and the summed loss terms (L_q, L_OLS, V) of projected tokens z against the
@@ -6,7 +7,7 @@ prototype banks, with a hand-derived backward pass. The distances come from one 
 per head and the norms; masks act by multiplication (every token is computed, masked ones get
 weight 0); only the outputs (z, q, mu) are kept for the backward pass, which recomputes the rest
 head by head in chunks of tokens, so that peak memory is a small multiple of the input's size,
-linear in T. ``layers/ddcl.py`` reads as the model; this module is what makes it fast.
+linear in T.
 """
 from __future__ import annotations
 
@@ -69,7 +70,7 @@ class PrototypeReadout(torch.autograd.Function):
     tokens with D_kl = ||p_k - p_l||^2: a sum of non-negative terms, so V >= 0 holds in floating
     point too. Assignments below sqrt(tiny) (about 1e-19 in float32) are set to 0 (see forward).
 
-    Backward (derived by hand; float64 gradcheck and an explicit autograd reference in the tests):
+    Backward (derived by hand; float64 gradcheck and the layer's explicit path in the tests):
     only z, q and mu are saved (the layer returns them anyway); the rest is recomputed chunk by
     chunk. With alpha and beta the upstream gradients of L_q and L_OLS (V = L_q - L_OLS enters
     both), r = z - mu, m = G_mu - 2 beta r, e = G_q + (m - 2 alpha zc) pc^T + alpha ||pc||^2

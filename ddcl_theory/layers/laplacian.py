@@ -13,7 +13,10 @@ Two computation paths give the same result (tested):
   once, and the Laplacian heads subtract it from ``V`` (one subtraction of a (B, L, T, d_h) tensor:
   no extra matrix product, no extra parameter);
 * explicit: forms ``P`` (B, heads, T, T) and multiplies; used when ``return_attention=True`` or
-  when the module's ``explicit`` attribute is set.
+  when the module's ``explicit`` attribute is set. ``scaled_dot_product_attention`` has no
+  ``vmap`` batching rule on the CPU, so a stack of seeds
+  (:class:`~ddcl_theory.runtime.stacked.StackedModels`) sets ``explicit`` in its own copy
+  (``vmap_safe_switch``).
 
 Masks. ``mask`` (B, T) is a key-padding mask with True marking valid tokens: no query attends to
 a padding key. With ``causal=True`` query t attends keys s <= t only. A query row can only be
@@ -37,7 +40,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ddcl_theory.runtime.validate import check_positive_int
+from ddcl_theory.runtime.validate import (check_divisible, check_int_range, check_positive_int,
+                                          check_probability, check_tokens)
 
 __all__ = ["LaplacianAttention"]
 
@@ -64,26 +68,21 @@ class LaplacianAttention(nn.Module):
     ``(y, P)`` with ``P`` (B, H, T, T) when ``return_attention=True``.
     """
 
+    #: The attribute that selects the vmap-safe path (see :mod:`ddcl_theory.runtime.stacked`).
+    vmap_safe_switch = "explicit"
+
     def __init__(self, dim: int, heads: int, *, laplacian_heads: int = 0, causal: bool = False,
                  dropout: float = 0.0, bias: bool = True, explicit: bool = False) -> None:
         super().__init__()
         dim = check_positive_int(dim, "dim")
         heads = check_positive_int(heads, "heads")
-        if dim % heads != 0:
-            raise ValueError(f"dim: {dim} is not divisible by heads={heads}")
-        if (isinstance(laplacian_heads, bool) or not isinstance(laplacian_heads, int)
-                or not 0 <= laplacian_heads <= heads):
-            raise ValueError(f"laplacian_heads: expected an int in [0, {heads}], "
-                             f"got {laplacian_heads!r}")
-        dropout = float(dropout)
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout: expected a probability in [0, 1), got {dropout!r}")
+        check_divisible(dim, "dim", heads, "heads")
         self.dim = dim
         self.heads = heads
         self.head_dim = dim // heads
-        self.laplacian_heads = laplacian_heads
+        self.laplacian_heads = check_int_range(laplacian_heads, "laplacian_heads", 0, heads)
         self.causal = bool(causal)
-        self.dropout = dropout
+        self.dropout = check_probability(dropout, "dropout")
         self.explicit = bool(explicit)
         self.in_proj = nn.Linear(dim, 3 * dim, bias=bias)
         self.out_proj = nn.Linear(dim, dim, bias=bias)
@@ -104,22 +103,6 @@ class LaplacianAttention(nn.Module):
     def extra_repr(self) -> str:
         return (f"dim={self.dim}, heads={self.heads}, laplacian_heads={self.laplacian_heads}, "
                 f"causal={self.causal}, dropout={self.dropout}")
-
-    # ----------------------------------------------------------------------------- checks
-    def _check_inputs(self, x: Tensor, mask: Tensor | None) -> None:
-        if not isinstance(x, Tensor) or x.dim() != 3:
-            shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
-            raise ValueError(f"x: expected shape (B, T, {self.dim}), got {shape}")
-        if x.shape[-1] != self.dim:
-            raise ValueError(f"x: expected last dimension {self.dim}, got {tuple(x.shape)}")
-        if mask is not None:
-            if not isinstance(mask, Tensor) or mask.shape != x.shape[:2]:
-                shape = tuple(mask.shape) if isinstance(mask, Tensor) else type(mask).__name__
-                raise ValueError(f"mask: expected a bool tensor of shape {tuple(x.shape[:2])} "
-                                 f"(True = valid token), got {shape}")
-            if mask.dtype != torch.bool:
-                raise ValueError(f"mask: expected dtype torch.bool (True = valid token), "
-                                 f"got {mask.dtype}")
 
     # ----------------------------------------------------------------------------- pieces
     def _split_heads(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -177,7 +160,7 @@ class LaplacianAttention(nn.Module):
         ``mask`` (B, T) bool, True = valid token (key-padding mask). See the module docstring
         for fully masked query rows and for dropout.
         """
-        self._check_inputs(x, mask)
+        mask = check_tokens(x, mask, self.dim)
         b, t, _ = x.shape
         q, k, v = self._split_heads(x)
         allowed = self._allowed(mask, t, x.device)

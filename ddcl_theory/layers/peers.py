@@ -52,7 +52,8 @@ from torch import Tensor, nn
 
 from ddcl_theory.functional import work_dtype
 from ddcl_theory.layers.ddcl import DDCLAttention
-from ddcl_theory.runtime.validate import check_positive_int, valid_tokens
+from ddcl_theory.runtime.validate import (check_choice, check_positive_float, check_positive_int,
+                                          valid_tokens)
 
 __all__ = ["ReadoutOutput", "SlotAttentionReadout", "PerceiverReadout", "DDCLReadoutAdapter",
            "SLOT_INITS", "PERCEIVER_SOFTMAX", "gru_step"]
@@ -85,13 +86,6 @@ class ReadoutOutput:
 
 
 # ------------------------------------------------------------------------------------ helpers
-def _check_positive_float(value: object, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or value <= 0:
-        raise ValueError(f"{name}: expected a finite float > 0, got {value!r}")
-    return float(value)
-
-
 def _linear(layer: nn.Linear, x: Tensor) -> Tensor:
     bias = None if layer.bias is None else layer.bias.to(x.dtype)
     return nnf.linear(x, layer.weight.to(x.dtype), bias)
@@ -212,13 +206,11 @@ class SlotAttentionReadout(nn.Module):
         self.dim = check_positive_int(dim, "dim")
         self.num_slots = check_positive_int(num_slots, "num_slots")
         self.iterations = check_positive_int(iterations, "iterations")
-        self.temperature = _check_positive_float(temperature, "temperature")
-        if init not in SLOT_INITS:
-            raise ValueError(f"init: expected one of {SLOT_INITS}, got {init!r}")
-        self.init = init
-        init_std = _check_positive_float(init_std, "init_std")
+        self.temperature = check_positive_float(temperature, "temperature")
+        self.init = check_choice(init, "init", SLOT_INITS)
+        init_std = check_positive_float(init_std, "init_std")
         hidden = check_positive_int(2 * dim if mlp_hidden is None else mlp_hidden, "mlp_hidden")
-        self.eps = _check_positive_float(eps, "eps")
+        self.eps = check_positive_float(eps, "eps")
         if init == "gaussian":
             self.slot_mu = nn.Parameter(torch.randn(1, dim) * dim ** -0.5)
             self.slot_log_sigma = nn.Parameter(torch.full((1, dim), math.log(init_std)))
@@ -297,14 +289,11 @@ class PerceiverReadout(nn.Module):
         super().__init__()
         self.dim = check_positive_int(dim, "dim")
         self.num_latents = check_positive_int(num_latents, "num_latents")
-        self.temperature = _check_positive_float(temperature, "temperature")
-        if softmax_over not in PERCEIVER_SOFTMAX:
-            raise ValueError(f"softmax_over: expected one of {PERCEIVER_SOFTMAX}, "
-                             f"got {softmax_over!r}")
-        self.softmax_over = softmax_over
-        latent_std = _check_positive_float(latent_std, "latent_std")
+        self.temperature = check_positive_float(temperature, "temperature")
+        self.softmax_over = check_choice(softmax_over, "softmax_over", PERCEIVER_SOFTMAX)
+        latent_std = check_positive_float(latent_std, "latent_std")
         hidden = check_positive_int(2 * dim if mlp_hidden is None else mlp_hidden, "mlp_hidden")
-        self.eps = _check_positive_float(eps, "eps")
+        self.eps = check_positive_float(eps, "eps")
         self.latents = nn.Parameter(torch.randn(num_latents, dim) * latent_std)
         self.norm_tokens = nn.LayerNorm(dim)
         self.norm_latents = nn.LayerNorm(dim)

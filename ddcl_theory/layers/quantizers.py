@@ -28,6 +28,9 @@ from torch import Tensor, nn
 
 from ddcl_theory import functional as F
 from ddcl_theory.layers.ddcl import DDCLAttention
+from ddcl_theory.runtime.validate import (check_choice, check_non_negative_float,
+                                          check_positive_int, check_real_range, check_shape,
+                                          check_tokens)
 
 __all__ = [
     "KINDS",
@@ -66,10 +69,8 @@ class Quantizer(nn.Module):
 
     def __init__(self, dim: int, num_codes: int) -> None:
         super().__init__()
-        for name, v in (("dim", dim), ("num_codes", num_codes)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name}: expected an int >= 1, got {v!r}")
-        self.dim, self.num_codes = dim, num_codes
+        self.dim = check_positive_int(dim, "dim")
+        self.num_codes = check_positive_int(num_codes, "num_codes")
 
     @property
     def codebook(self) -> Tensor:
@@ -79,13 +80,6 @@ class Quantizer(nn.Module):
     def lookup(self, codes: Tensor) -> Tensor:
         """codes (...) int64 -> code vectors (..., D)."""
         return self.codebook[codes]
-
-    def _check(self, z: Tensor) -> None:
-        if not isinstance(z, Tensor) or z.dim() != 3 or z.shape[-1] != self.dim:
-            raise ValueError(f"z: expected shape (B, T, {self.dim}), got "
-                             f"{tuple(z.shape) if isinstance(z, Tensor) else type(z).__name__}")
-        if not z.is_floating_point():
-            raise ValueError(f"z: expected a floating-point tensor, got {z.dtype}")
 
 
 class SoftDDCLQuantizer(Quantizer):
@@ -104,8 +98,7 @@ class SoftDDCLQuantizer(Quantizer):
     def __init__(self, dim: int, num_codes: int, *, temperature: float = 1.0, beta: float = 0.25,
                  prototype_std: float = 0.5) -> None:
         super().__init__(dim, num_codes)
-        _check_non_negative(beta, "beta")
-        self.beta = float(beta)
+        self.beta = check_non_negative_float(beta, "beta")
         self.layer = DDCLAttention(dim, num_codes, heads=1, temperature=temperature,
                                    residual=False, norm=False, projections=False,
                                    prototype_std=prototype_std)
@@ -116,10 +109,10 @@ class SoftDDCLQuantizer(Quantizer):
 
     @property
     def temperature(self) -> float:
-        return self.layer.temperature
+        return self.layer.temperature.value
 
     def forward(self, z: Tensor) -> QuantizerOutput:
-        self._check(z)
+        check_tokens(z, None, self.dim, name="z")
         out = self.layer(z)
         q = out.assignments[:, 0]                                      # (B, T, K)
         return QuantizerOutput(out.centroids[:, 0], q.argmax(-1), q, self.beta * out.losses.l_q)
@@ -142,8 +135,7 @@ class HardVQ(Quantizer):
     def __init__(self, dim: int, num_codes: int, *, beta: float = 0.25,
                  straight_through: bool = True) -> None:
         super().__init__(dim, num_codes)
-        _check_non_negative(beta, "beta")
-        self.beta = float(beta)
+        self.beta = check_non_negative_float(beta, "beta")
         self.straight_through = bool(straight_through)
         self.embedding = nn.Parameter(torch.empty(num_codes, dim).uniform_(-1.0 / num_codes,
                                                                             1.0 / num_codes))
@@ -153,7 +145,7 @@ class HardVQ(Quantizer):
         return self.embedding
 
     def forward(self, z: Tensor) -> QuantizerOutput:
-        self._check(z)
+        check_tokens(z, None, self.dim, name="z")
         b, t, d = z.shape
         flat = z.reshape(b * t, d)
         codes = F.squared_distances(flat.detach(), self.embedding.detach()).argmin(-1)
@@ -185,10 +177,9 @@ class EMAVectorQuantizer(Quantizer):
                  commitment_weight: float = 0.25, kmeans_init: bool = True,
                  threshold_ema_dead_code: float = 2.0) -> None:
         super().__init__(dim, num_codes)
-        if not 0.0 < decay < 1.0:
-            raise ValueError(f"decay: expected a value in (0, 1), got {decay!r}")
-        _check_non_negative(commitment_weight, "commitment_weight")
-        _check_non_negative(threshold_ema_dead_code, "threshold_ema_dead_code")
+        check_real_range(decay, "decay", 0.0, 1.0, low_open=True, high_open=True)
+        check_non_negative_float(commitment_weight, "commitment_weight")
+        check_non_negative_float(threshold_ema_dead_code, "threshold_ema_dead_code")
         from vector_quantize_pytorch import VectorQuantize
 
         self.vq = VectorQuantize(dim=dim, codebook_size=num_codes, decay=decay,
@@ -200,7 +191,7 @@ class EMAVectorQuantizer(Quantizer):
         return self.vq.codebook
 
     def forward(self, z: Tensor) -> QuantizerOutput:
-        self._check(z)
+        check_tokens(z, None, self.dim, name="z")
         quantized, codes, loss = self.vq(z)
         onehot = nnf.one_hot(codes, self.num_codes).to(z.dtype)
         return QuantizerOutput(quantized, codes, onehot, loss.reshape(()))
@@ -219,9 +210,8 @@ def soft_centroid_jacobian(z: Tensor, prototypes: Tensor, temperature: float) ->
     limit: a hard quantiser with no gradient at all) or when the prototypes coincide
     (collapse). Returns (D, D) in z's dtype.
     """
-    if z.dim() != 1 or prototypes.dim() != 2 or prototypes.shape[1] != z.shape[0]:
-        raise ValueError(f"z, prototypes: expected shapes (D,) and (K, D), got {tuple(z.shape)} "
-                         f"and {tuple(prototypes.shape)}")
+    check_shape(z, "z", ("D",))
+    check_shape(prototypes, "prototypes", ("K", z.shape[0]))
     q = F.soft_assign(z[None], prototypes, temperature)[0]                 # (K,)
     centred = prototypes - q @ prototypes                                  # (K, D)
     return (2.0 / temperature) * (centred.T * q) @ centred
@@ -232,15 +222,9 @@ def make_quantizer(kind: str, dim: int, num_codes: int, *, temperature: float = 
     """A quantiser by name: ``"soft"`` (DDCL, tau = ``temperature``, loss beta * L_q),
     ``"hard"`` (VQ-VAE with straight-through, commitment ``beta``) or ``"ema"``
     (VectorQuantize with k-means init and dead-code expiry, commitment ``beta``)."""
+    check_choice(kind, "kind", KINDS)
     if kind == "soft":
         return SoftDDCLQuantizer(dim, num_codes, temperature=temperature, beta=beta)
     if kind == "hard":
         return HardVQ(dim, num_codes, beta=beta)
-    if kind == "ema":
-        return EMAVectorQuantizer(dim, num_codes, commitment_weight=beta)
-    raise ValueError(f"kind: expected one of {KINDS}, got {kind!r}")
-
-
-def _check_non_negative(value: float, name: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-        raise ValueError(f"{name}: expected a number >= 0, got {value!r}")
+    return EMAVectorQuantizer(dim, num_codes, commitment_weight=beta)

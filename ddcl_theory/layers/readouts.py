@@ -20,29 +20,23 @@ import torch
 from torch import Tensor, nn
 
 from ddcl_theory.layers.ddcl import DDCLAttention, DDCLOutput
+from ddcl_theory.runtime.validate import (check_int_range, check_positive_float, check_shape,
+                                          check_tokens)
 
 __all__ = ["Standardiser", "masked_mean", "first_token", "PackedTokens", "segment_mean",
            "lloyd", "DDCLPooledReadout"]
 
 
-def _check_tokens(x: Tensor, mask: Tensor) -> None:
-    if not isinstance(x, Tensor) or x.dim() != 3:
-        raise ValueError(f"x: expected shape (B, T, d), got {getattr(x, 'shape', x)!r}")
-    if not isinstance(mask, Tensor) or mask.dtype != torch.bool or mask.shape != x.shape[:2]:
-        raise ValueError(f"mask: expected a bool tensor of shape {tuple(x.shape[:2])}, got "
-                         f"{getattr(mask, 'dtype', None)} {tuple(getattr(mask, 'shape', ()))}")
-
-
 def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
     """(B, d): the mean of x (B, T, d) over the tokens where mask (B, T) is True (0 if none)."""
-    _check_tokens(x, mask)
+    check_tokens(x, mask, require_mask=True)
     w = mask.to(x.dtype).unsqueeze(-1)
     return (x * w).sum(1) / w.sum(1).clamp_min(1)
 
 
 def first_token(x: Tensor, mask: Tensor) -> Tensor:
     """(B, d): the first token of every sequence (the [CLS] token of a BERT encoder)."""
-    _check_tokens(x, mask)
+    check_tokens(x, mask, require_mask=True)
     return x[:, 0]
 
 
@@ -87,8 +81,7 @@ class PackedTokens:
     offsets: Tensor
 
     def __post_init__(self) -> None:
-        if self.values.dim() != 2:
-            raise ValueError(f"values: expected shape (total, d), got {tuple(self.values.shape)}")
+        check_shape(self.values, "values", ("total", "d"))
         off = self.offsets
         if off.dim() != 1 or off.numel() < 2 or int(off[0]) != 0 \
                 or int(off[-1]) != self.values.shape[0] or bool((off.diff() < 1).any()):
@@ -98,7 +91,7 @@ class PackedTokens:
     @classmethod
     def from_padded(cls, x: Tensor, mask: Tensor) -> "PackedTokens":
         """From padded x (B, T, d) and mask (B, T); every row needs a valid token."""
-        _check_tokens(x, mask)
+        check_tokens(x, mask, require_mask=True)
         lengths = mask.sum(1)
         offsets = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)])
         return cls(x[mask].float(), offsets)
@@ -144,9 +137,8 @@ def lloyd(z: Tensor, centres: Tensor, iterations: int = 10) -> Tensor:
     seed that owns only outliers stays with them. A centre that owns no point stays put.
     Returns the new (K, d) centres (float64 arithmetic, z's dtype).
     """
-    if z.dim() != 2 or centres.dim() != 2 or z.shape[1] != centres.shape[1]:
-        raise ValueError(f"z, centres: expected (N, d) and (K, d), got {tuple(z.shape)} and "
-                         f"{tuple(centres.shape)}")
+    check_shape(z, "z", ("N", "d"))
+    check_shape(centres, "centres", ("K", z.shape[1]))
     x = z.detach().to(torch.float64)
     c = centres.detach().to(torch.float64).clone()
     for _ in range(iterations):
@@ -179,8 +171,7 @@ class DDCLPooledReadout(nn.Module):
     def __init__(self, dim: int, num_classes: int, num_prototypes: int, *, heads: int = 1,
                  head_dim: int | None = None, temperature: float = 1.0) -> None:
         super().__init__()
-        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
-            raise ValueError(f"num_classes: expected an int >= 2, got {num_classes!r}")
+        check_int_range(num_classes, "num_classes", 2)
         self.ddcl = DDCLAttention(dim, num_prototypes, heads=heads, head_dim=head_dim,
                                   temperature=temperature, residual=False, norm=False)
         self.head = nn.Linear(dim, num_classes)
@@ -210,8 +201,7 @@ class DDCLPooledReadout(nn.Module):
         temperature to ``fraction`` times their mean squared distance to their mean (so that
         the initial assignments are neither one-hot nor uniform whatever the scale); return tau.
         """
-        if not fraction > 0:
-            raise ValueError(f"fraction: expected a number > 0, got {fraction!r}")
+        check_positive_float(fraction, "fraction")
         self.ddcl.init_prototypes_from(tokens.unsqueeze(1), generator=generator)
         z = self.ddcl.in_proj(tokens)
         bank = self.ddcl.prototypes
@@ -220,5 +210,5 @@ class DDCLPooledReadout(nn.Module):
             bank[h].copy_(lloyd(z[:, cols], bank[h], lloyd_steps))
         spread = float(((z - z.mean(0)) ** 2).sum(-1).mean()) / self.ddcl.heads
         tau = max(fraction * spread, 1e-6)
-        self.ddcl.set_temperature(tau)
+        self.ddcl.temperature.set(tau)
         return tau

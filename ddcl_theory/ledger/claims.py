@@ -17,11 +17,13 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ddcl_theory.ledger import rules as registered
 from ddcl_theory.ledger.reference import reference_dir
 from ddcl_theory.ledger.tolerance import Tolerance
 from ddcl_theory.ledger.verdict import VERDICTS, Verdict
 from ddcl_theory.runtime import profile
-from ddcl_theory.runtime.io import atomic_write_text
+from ddcl_theory.runtime.io import atomic_write_text, jsonable, write_json
+from ddcl_theory.runtime.provenance import settings_dict
 from ddcl_theory.runtime.paths import results_dir
 
 DDCL = "Cirrincione & Kumar 2026 (arXiv:2604.03850)"
@@ -187,7 +189,7 @@ class Test:
 
 @dataclass(frozen=True)
 class Rule:
-    """The verdict rule of an empirical claim, stated before the run (evidence.md rule 1).
+    """The verdict rule of an empirical claim, stated before the run (first edition).
 
     Each :class:`Test` is decided by :func:`ddcl_theory.ledger.stats.decide` on its interval;
     the claim is ``reproduced`` when every test is, ``not reproduced`` when some test is, and
@@ -207,7 +209,7 @@ class Rule:
         if not self.tests:
             raise ValueError("tests: a rule needs at least one interval test")
         if not isinstance(self.n_seeds, int) or self.n_seeds < 5:
-            raise ValueError(f"n_seeds: evidence.md asks for at least 5 seeds, got "
+            raise ValueError(f"n_seeds: the evidence standard asks for at least 5 seeds, got "
                              f"{self.n_seeds!r}")
 
     def combine(self, words: list[str]) -> str:
@@ -275,8 +277,8 @@ class Rule:
         return " ".join(parts)
 
 
-#: The verdict rules of the empirical claims, fixed before the reference runs (issue 14; the
-#: evidence standard docs/evidence.md). Seeds: 10 where a run takes seconds, else at least 5.
+#: The first edition's verdict rules of the empirical claims (the book's page "How a verdict is
+#: decided"). Seeds: 10 where a run takes seconds, else at least 5.
 RULES: dict[str, Rule] = {
     "D9": Rule((
         Test("log(S_end / S_start) of the prototype separation at eps = 0.1 (Adam)", ">",
@@ -370,12 +372,14 @@ RULES: dict[str, Rule] = {
 }
 
 
-def rule_of(claim_id: str) -> Rule | None:
-    """The registered :class:`Rule` of an empirical claim; None for the others."""
-    return RULES.get(get(claim_id).id)
+def rule_of(claim_id: str):
+    """The registered rule of an empirical claim (:data:`ddcl_theory.ledger.rules.RULES`, else
+    the first edition's :data:`RULES`); None for the others."""
+    claim_id = get(claim_id).id
+    return registered.RULES.get(claim_id) or RULES.get(claim_id)
 
 
-#: Rules amended after the reference run showed the registered one wrong (evidence.md rule 1:
+#: Rules amended after the reference run showed the registered one wrong (the evidence standard:
 #: the page says so and shows both words): claim id -> (the amended rule, why). The registered
 #: rule stays in :data:`RULES` and its word is still computed and shown.
 AMENDED: dict[str, tuple[Rule, str]] = {
@@ -404,7 +408,10 @@ def amended_rule_of(claim_id: str) -> tuple[Rule, str] | None:
 
 
 #: The fields every empirical claim carries in ``results/claims.json``.
-EMPIRICAL_FIELDS = ("rule", "n_seeds", "interval", "scale", "trend")
+EMPIRICAL_FIELDS = ("rule", "n_seeds", "interval", "scale", "trend", "phase", "tests")
+#: The claims decided by experiment (each has a rule).
+EMPIRICAL = ("D9", "D10", "D11", "D12", "D13", "D14", "D15", "D17", "L6", "L7", "L8", "L9", "L10",
+             "X2")
 
 
 def get(claim_id: str) -> Claim:
@@ -430,6 +437,25 @@ class Settlement:
     decision: dict | None = None        # rule, n_seeds, interval, scale, trend (empirical)
 
 
+#: The folder beside ``verdicts/`` that holds the per-seed values behind each empirical verdict,
+#: ``<results>[/reference]/seeds/<claim id>.json``.
+SEEDS_DIRNAME = "seeds"
+#: The folder beside ``verdicts/`` that holds the settings each chapter ran (:meth:`Chapter.uses`).
+SETTINGS_DIRNAME = "settings"
+#: The phase of a run by profile: the cpu profile's small runs are pilots (exploratory); the
+#: reference and paper profiles run the registered rules on fresh seeds (confirmatory).
+PHASES = {"cpu": "exploratory", "reference": "confirmatory", "paper": "confirmatory"}
+
+
+def phase_of(profile_name: str) -> str:
+    """``"exploratory"`` or ``"confirmatory"``: the phase of a run under ``profile_name``."""
+    try:
+        return PHASES[profile_name]
+    except KeyError:
+        raise ValueError(f"profile_name: expected one of {sorted(PHASES)}, got "
+                         f"{profile_name!r}") from None
+
+
 #: The glue key of a chapter's opening box of verdicts (:meth:`Chapter.glue_summary`).
 SUMMARY_KEY = "chapter_verdicts"
 
@@ -445,6 +471,10 @@ class Chapter:
 
     name: str
     settled: list[Settlement] = field(default_factory=list)
+    #: claim id -> ``{statistic: per-seed values}`` of the verdicts recorded (see ``save``)
+    per_seed: dict[str, dict] = field(default_factory=dict)
+    #: settings class name -> its fields, of the experiments the chapter ran (:meth:`uses`)
+    settings: dict[str, dict] = field(default_factory=dict)
 
     @property
     def page(self) -> str:
@@ -484,9 +514,15 @@ class Chapter:
         extra = {k: v for k, v in (("rule", verdict.rule), ("n_seeds", verdict.n_seeds),
                                    ("interval",
                                     list(verdict.interval) if verdict.interval else None),
-                                   ("scale", verdict.scale), ("trend", verdict.trend))
+                                   ("scale", verdict.scale), ("trend", verdict.trend),
+                                   ("tests", [t.to_dict() for t in verdict.tests] or None),
+                                   ("gates", [g.to_dict() for g in verdict.gates] or None))
                  if v is not None}
+        if verdict.tests:
+            extra["phase"] = phase_of(profile.current().name)
         s.decision = extra or None
+        if verdict.per_seed:
+            self.per_seed[verdict.claim] = verdict.per_seed
         return s
 
     def save(self, directory: Path | None = None) -> Path:
@@ -498,12 +534,22 @@ class Chapter:
                  if k not in ("tolerance", "decision") or v is not None}
                 for s in sorted(self.settled, key=lambda s: _sort_key(s.id))]
         atomic_write_text(path, json.dumps(rows, indent=1, ensure_ascii=False) + "\n")
+        for claim_id, values in self.per_seed.items():
+            write_json(directory.parent / SEEDS_DIRNAME / f"{claim_id}.json", jsonable(values))
+        if self.settings:
+            write_json(directory.parent / SETTINGS_DIRNAME / f"{self.name}.json", self.settings)
         return path
 
     def table(self) -> str:
         """A plain-text table of this chapter's verdicts (for the notebook's output)."""
         lines = [f"{s.id:<4} {s.verdict:<15} {s.our_value or ''}" for s in self.settled]
         return "\n".join(lines)
+
+    def uses(self, *settings) -> None:
+        """Record the settings objects the chapter runs (written by :meth:`save` to
+        ``<results>/settings/<name>.json``; a reference run's provenance carries them)."""
+        for obj in settings:
+            self.settings[type(obj).__name__] = settings_dict(obj)
 
     def label(self, claim_id: str) -> str:
         """The label of the section that decides ``claim_id`` on this chapter's page, e.g.
@@ -595,6 +641,17 @@ def reference_verdicts_dir(directory: Path | None = None) -> Path | None:
     return folder if folder.is_dir() and any(folder.glob("*.json")) else None
 
 
+#: The first edition's reference runs (rules written after their pilots, margin-0 tests, no
+#: smallest effect of interest), kept as exploratory history beside the second edition's.
+FIRST_EDITION = "first_edition"
+
+
+def first_edition_dir() -> Path | None:
+    """``results/first_edition`` of the checkout (committed), or None when it has none."""
+    folder = reference_dir().parent / FIRST_EDITION
+    return folder if (folder / "verdicts").is_dir() else None
+
+
 def _empirical_fields(claim_id: str, decision: dict | None) -> dict:
     """The :data:`EMPIRICAL_FIELDS` of an empirical claim: the registered rule's text, and the
     n_seeds, interval, scale and trend the deciding run recorded (None where it recorded none);
@@ -631,6 +688,8 @@ def build_ledger(directory: Path | None = None, paper_directory: Path | None = N
         reference_directory = reference_verdicts_dir(directory)
     directory = directory or results_dir() / "verdicts"
     settled = _settlements(directory)
+    archive = first_edition_dir()
+    first = _settlements(archive / "verdicts") if archive is not None else {}
     larger = {name: _settlements(folder) for name, folder in
               (("reference", reference_directory), ("paper", paper_directory))
               if folder is not None}
@@ -651,6 +710,7 @@ def build_ledger(directory: Path | None = None, paper_directory: Path | None = N
             "tolerance": row.get("tolerance") if row else None,
         }
         decision = row.get("decision") if row else None
+        cpu_decision = decision
         if larger:
             entry["cpu_verdict"], entry["verdict_from"] = entry["verdict"], "cpu"
             entry["cpu_evidence"], entry["cpu_our_value"] = entry["evidence"], entry["our_value"]
@@ -662,8 +722,14 @@ def build_ledger(directory: Path | None = None, paper_directory: Path | None = N
                     entry["verdict"], entry["verdict_from"] = big["verdict"], name
                     entry["evidence"], entry["our_value"] = big["evidence"], big.get("our_value")
                     decision = big.get("decision")
-        if c.id in RULES:
+        if rule_of(c.id) is not None:
             entry.update(_empirical_fields(c.id, decision))
+            if entry.get("verdict_from", "cpu") != "cpu" and cpu_decision:
+                entry["exploratory_tests"] = cpu_decision.get("tests")
+            old = first.get(c.id)
+            if old is not None:
+                entry["first_edition"] = {k: old.get(k) for k in
+                                          ("verdict", "our_value", "evidence")}
         ledger.append(entry)
     return ledger
 
@@ -796,16 +862,39 @@ def _decided_on(row: dict) -> str:
     return " · ".join(parts)
 
 
-_SCALE_TITLES = {"reference": "At reference scale", "paper": "At paper scale"}
+_SCALE_TITLES = {"reference": "Reference run", "paper": "Paper-scale run"}
+
+
+def _tests_table(tests: list[dict]) -> list[str]:
+    """The decided tests of an empirical claim as a Markdown table."""
+    lines = ["| test | claimed | SESOI | 95% interval | seeds run / needed | word |",
+             "|---|---|---|---|---|---|"]
+    for t in tests:
+        low, high = t["interval"]
+        needed = "out of reach" if t.get("seeds_needed") is None else t["seeds_needed"]
+        cells = [markdown_text(t["statistic"]), markdown_text(f"{t['side']} {t['margin']:.4g}"),
+                 f"{t['sesoi']:.4g}", f"{_number(t['estimate'])} [{_number(low)}, "
+                 f"{_number(high)}]", f"{t['n_seeds']} / {needed}",
+                 _verdict_badge(t["word"])]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _one_line(title: str, run: dict | None) -> str:
+    """A smaller run of a claim in one line: its word and its value."""
+    if not run:
+        return f"**{title}:** not settled by that run."
+    return (f"**{title}:** {_verdict_badge(run['verdict'])} "
+            f"{_value(run.get('our_value'), empty='')}").rstrip()
 
 
 def ledger_entries_markdown(ledger: list[dict]) -> str:
-    """One evidence entry per claim, each under its own label (:func:`ledger_anchor`).
-
-    An entry holds the full statement and its source, the evidence, the paper's value beside
-    ours, for an empirical claim its rule (fixed before the run) and the seeds, interval, scale
-    and trend it was decided on, the larger-scale verdicts when there are any, and a ``{doc}``
-    link to the chapter page that settled the claim (or the method still to be used, for an
+    """One evidence entry per claim, each under its own label (:func:`ledger_anchor`), saying
+    each thing once: the full statement and its source; the evidence of record (the largest
+    scale that ran) in full with the paper's value beside ours; for an empirical claim its
+    registered rule, phase and decided tests; then every smaller run (the cpu pilot, the first
+    edition's reference run) in one line each with its word and value; and a ``{doc}`` link to
+    the chapter page that settled the claim (or the method still to be used, for an
     ``untested`` claim that no chapter settled).
     """
     blocks = []
@@ -815,31 +904,36 @@ def ledger_entries_markdown(ledger: list[dict]) -> str:
             settled = f"{method} **Settled in** {{doc}}`/{row['page']}`."
         else:
             settled = f"{method} Not settled by any chapter yet."
-        at_scale = []
-        for name in SCALES[1:]:
-            if PROFILE_KEYS[name] not in row:
-                continue
-            big = row[PROFILE_KEYS[name]]
-            title = _SCALE_TITLES[name]
-            at_scale += ([f"**{title}:** {_verdict_badge(big['verdict'])} · **Ours:** "
-                          f"{_value(big.get('our_value'))} · **Evidence:** "
-                          f"{_value(big.get('evidence'))}", ""] if big else
-                         [f"**{title}:** not settled by the {name}-profile run.", ""])
-        if at_scale and row.get("verdict_from", "cpu") != "cpu":
-            at_scale += [f"**Verdict taken from:** the {row['verdict_from']} run (the largest "
-                         f"scale that ran; its evidence and value are the ones above). **cpu "
-                         f"run:** {_verdict_badge(row['cpu_verdict'])} · **Ours:** "
-                         f"{_value(row.get('cpu_our_value'))} · **Evidence:** "
-                         f"{_value(row.get('cpu_evidence'))}", ""]
+        source = row.get("verdict_from", "cpu")
+        record = [f"**Evidence of record ({source} run).** {_value(row['evidence'])}", "",
+                  f"**Paper:** {_value(row['paper_value'])} · **Ours:** "
+                  f"{_value(row['our_value'])}", ""]
         rule = []
         if "rule" in row:
-            rule = [f"**Rule (fixed before the run).** {markdown_text(row['rule'])}", ""]
+            phase = row.get("phase")
+            rule = [f"**Rule{' (registered)' if phase else ''}.** {markdown_text(row['rule'])}",
+                    ""]
             if row.get("recorded_rule"):
                 amended = amended_rule_of(row["id"])
                 why = f" Amended because {markdown_text(amended[1])}." if amended else ""
                 rule += [f"**Rule the verdict was decided by.** "
                          f"{markdown_text(row['recorded_rule'])}{why}", ""]
-            rule += [_decided_on(row), ""]
+            if row.get("tests"):
+                rule += [f"**Phase:** {phase or 'exploratory'}.", "", *_tests_table(row["tests"]),
+                         ""]
+            else:
+                rule += [_decided_on(row), ""]
+        smaller = []
+        for name in SCALES[1:]:
+            if PROFILE_KEYS[name] in row and name != source:
+                smaller.append(_one_line(_SCALE_TITLES[name], row[PROFILE_KEYS[name]]))
+        if source != "cpu":
+            smaller.append(_one_line("cpu run (exploratory)",
+                                     {"verdict": row["cpu_verdict"],
+                                      "our_value": row.get("cpu_our_value")}))
+        if row.get("first_edition"):
+            smaller.append(_one_line("First edition's reference run (exploratory)",
+                                     row["first_edition"]))
         blocks.append("\n".join([
             f"({ledger_anchor(row['id'])})=",
             ":::{container} ddcl-ledger-entry",
@@ -847,12 +941,9 @@ def ledger_entries_markdown(ledger: list[dict]) -> str:
             "",
             f"**Claim.** {markdown_text(row['statement'])}",
             "",
-            f"**Evidence.** {_value(row['evidence'])}",
-            "",
-            f"**Paper:** {_value(row['paper_value'])} · **Ours:** {_value(row['our_value'])}",
-            "",
+            *record,
             *rule,
-            *at_scale,
+            *[line for one in smaller for line in (one, "")],
             f"{settled} {{ref}}`Back to the table <{LEDGER_TABLE_LABEL}>`",
             ":::",
         ]))

@@ -53,3 +53,54 @@ def plot_trend(ax, trend: Mapping[str, Any], *, ylabel: str, margin: float = 0.0
     ax.set_xlabel("scale")
     ax.set_ylabel(ylabel)
     return ax
+
+
+def forest_position(value: float, *, side: str, margin: float, sesoi: float,
+                    scale: float | None = None) -> float:
+    """Where ``value`` of a test's statistic sits on the common axis of :func:`plot_forest`:
+    0 at the margin, 1 at the SESOI, positive on the claimed side. A test whose SESOI is its
+    margin is measured in units of ``scale`` (default 1)."""
+    sign = 1.0 if side == ">" else -1.0
+    unit = abs(sesoi - margin) or (scale if scale else 1.0)
+    return sign * (value - margin) / unit
+
+
+def forest_rows(ledger: list[dict]) -> list[dict]:
+    """One row per decided test of every empirical claim in ``ledger`` (rows of
+    :func:`ddcl_theory.ledger.claims.build_ledger`), confirmatory and exploratory: label,
+    phase, word and the interval's ends and estimate on the :func:`forest_position` axis."""
+    rows = []
+    for entry in ledger:
+        for phase, tests in (("confirmatory", entry.get("tests")),
+                             ("exploratory", entry.get("exploratory_tests"))):
+            for i, t in enumerate(tests or [], 1):
+                low, high = t["interval"]
+                scale = None
+                if t["sesoi"] == t["margin"]:
+                    scale = max(abs(low - t["margin"]), abs(high - t["margin"])) or 1.0
+                pos = [forest_position(v, side=t["side"], margin=t["margin"], sesoi=t["sesoi"],
+                                       scale=scale) for v in (low, t["estimate"], high)]
+                rows.append({"label": f"{entry['id']} ({i})", "phase": phase, "word": t["word"],
+                             "low": min(pos[0], pos[2]), "estimate": pos[1],
+                             "high": max(pos[0], pos[2]), "has_sesoi": scale is None})
+    return rows
+
+
+def plot_forest(ax, rows: list[dict]):
+    """Every test's 95% interval on one axis (:func:`forest_rows`): the claim's margin at 0,
+    its smallest effect of interest at 1 (the claimed side to the right); confirmatory
+    intervals in black, exploratory ones in grey below them. Returns ``ax``."""
+    if not rows:
+        raise ValueError("rows: expected at least one decided test")
+    colours = {"confirmatory": "0.1", "exploratory": "0.6"}
+    y = np.arange(len(rows))[::-1]
+    for yi, row in zip(y, rows):
+        ax.plot([row["low"], row["high"]], [yi, yi], color=colours[row["phase"]], lw=2)
+        ax.plot(row["estimate"], yi, "o", color=colours[row["phase"]], ms=4)
+    ax.axvline(0.0, color="0.3", lw=1)
+    ax.axvline(1.0, color="tab:blue", lw=1, ls="--")
+    ax.set_yticks(y, [f"{r['label']} {'' if r['phase'] == 'confirmatory' else '(expl.)'}"
+                      for r in rows])
+    ax.set_xlabel("0 = the claim's margin, 1 = its smallest effect of interest "
+                  "(claimed side to the right)")
+    return ax

@@ -220,6 +220,23 @@ def compare(executed: Path, golden: Path) -> list[str]:
     return problems
 
 
+#: ``DDCL_ALLOW_DIRTY=1`` lets a reference run start from uncommitted code (for tests only: its
+#: provenance then says ``git_dirty: true`` and the ledger calls it exploratory).
+ALLOW_DIRTY_ENV = "DDCL_ALLOW_DIRTY"
+
+
+def require_clean_tree() -> None:
+    """``SystemExit`` unless the code and chapters are committed (changes under ``results/``
+    aside): a reference result is evidence of record only for code anyone can check out."""
+    from ddcl_theory.runtime.profile import env_flag
+    from ddcl_theory.runtime.provenance import git_commit
+    commit, dirty = git_commit()
+    if (commit is None or dirty) and not env_flag(ALLOW_DIRTY_ENV, False):
+        raise SystemExit("reference: commit the code first: a reference run is made from a "
+                         "clean, committed tree (uncommitted changes outside results/ found; "
+                         f"{ALLOW_DIRTY_ENV}=1 overrides, for tests)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("command", choices=["write", "check", "compare"])
@@ -255,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
                 raise SystemExit("--out: the goldens folder holds cpu-profile outputs only")
             out.mkdir(parents=True, exist_ok=True)
         resumable = out is not None and profile.current().keeps_runs
+        if profile.current().is_reference:
+            require_clean_tree()
         if args.force:
             os.environ[RESUME_ENV] = "0"       # the kernels inherit it
         for source in sources(args.names):

@@ -167,14 +167,34 @@ def source_digests(source: Path, root: Path | None = None) -> dict[str, str]:
     return digests
 
 
+def rules_digests(claim_ids) -> dict[str, str]:
+    """``{claim id: digest of its registered rule}`` (:func:`ddcl_theory.ledger.rules.digest`)
+    for those of ``claim_ids`` that have a second-edition rule."""
+    from ddcl_theory.ledger import rules
+    return {c: rules.digest(c) for c in sorted(claim_ids) if rules.digest(c) is not None}
+
+
+def _written(results: Path, folder: str, chapter: str):
+    path = results / folder / f"{chapter}.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
 def chapter_provenance(source: Path, record: dict, seconds: float,
-                       root: Path | None = None) -> dict:
+                       root: Path | None = None, results: Path | None = None) -> dict:
     """The committed provenance of one chapter's reference run: ``record`` (the chapter's
-    :func:`ddcl_theory.ledger.goldens.chapter_provenance`: commit, versions, profile), the
-    machine, the time it took and :func:`source_digests`."""
+    :func:`ddcl_theory.ledger.goldens.chapter_provenance`: commit, clean tree, versions,
+    profile), the settings the chapter ran (``<results>/settings/<chapter>.json``), the digests
+    of the rules of the claims it settled (:func:`rules_digests`), the machine, the time it
+    took and :func:`source_digests`. ``results``: the reference results folder it wrote
+    (default the profile's ``results_dir()``)."""
+    chapter = Path(source).stem
+    results = Path(results) if results is not None else results_dir()
+    verdicts = _written(results, "verdicts", chapter) or []
     return {
-        "chapter": Path(source).stem,
+        "chapter": chapter,
         **record,
+        "settings": _written(results, "settings", chapter) or record.get("settings"),
+        "rules": rules_digests(row["id"] for row in verdicts),
         "machine": {"system": platform.system(), "machine": platform.machine(),
                     "processor": platform.processor() or None, "cpus": os.cpu_count()},
         "seconds": round(float(seconds), 1),
@@ -186,9 +206,9 @@ def write_provenance(source: Path, record: dict, seconds: float, folder: Path | 
                      root: Path | None = None) -> Path:
     """Write ``<results>/reference/provenance/<chapter>.json`` (:func:`chapter_provenance`;
     ``folder`` defaults to the reference profile's ``results_dir()/provenance``)."""
-    folder = folder or results_dir() / "provenance"
-    path = Path(folder) / f"{Path(source).stem}.json"
-    write_json(path, chapter_provenance(source, record, seconds, root))
+    folder = Path(folder or results_dir() / "provenance")
+    path = folder / f"{Path(source).stem}.json"
+    write_json(path, chapter_provenance(source, record, seconds, root, folder.parent))
     return path
 
 
@@ -269,6 +289,10 @@ def stale(folder: Path | None = None, root: Path | None = None) -> list[str]:
         now = source_digests(source, root)
         then = prov["digests"]
         changed = sorted(k for k in set(now) | set(then) if now.get(k) != then.get(k))
+        rules_then = prov.get("rules") or {}
+        rules_now = rules_digests(row["id"] for row in entry["verdicts"])
+        changed += [f"rule of {c}" for c in sorted(set(rules_now) | set(rules_then))
+                    if rules_now.get(c) != rules_then.get(c)]
         if changed:
             problems.append(f"reference/{chapter}: stale, changed since "
                             f"{prov.get('git_commit') or 'its run'}: {', '.join(changed)} "

@@ -45,6 +45,14 @@ class Verdict:
         trend: the deciding statistic at each scale, ``{scale: value}``.
         tolerance: how far the numbers in ``our_value``/``evidence`` may move between machines
             (outcomes of training); None for mathematics (tight).
+        tests: the decided tests of the rule (:class:`~ddcl_theory.ledger.design.TestResult`),
+            in the rule's order (empirical claims).
+        gates: the design requirements checked on the run
+            (:class:`~ddcl_theory.ledger.design.Gate`).
+        per_seed: ``{statistic: [one value per seed]}`` behind each test (the paired
+            differences for paired tests; per-item values beside them where the interval is a
+            bootstrap over items): committed with a reference verdict so that anyone can
+            recompute the interval.
     """
 
     claim: str
@@ -59,6 +67,9 @@ class Verdict:
     scale: str | None = None
     trend: dict[str, Any] | None = None
     tolerance: Tolerance | None = None
+    tests: tuple = ()
+    gates: tuple = ()
+    per_seed: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.word not in VERDICTS:

@@ -1,7 +1,7 @@
 """Whether a training run reached its plateau: the convergence rule of the evidence standard.
 
-A verdict decided by runs that did not converge is ``inconclusive`` (docs/evidence.md; issue 14
-item 3). The rule, stated once for every experiment: a curve (per-round mean training or
+A run that did not converge fails its gate, and a failed gate makes a verdict ``inconclusive``
+(the book's page "How a verdict is decided"). The rule, stated once for every experiment: a curve (per-round mean training or
 validation loss, shape ``(n_rounds,)``) has reached its plateau when the mean of its last
 ``window`` rounds is within ``rel`` (relative) of the mean of the ``window`` rounds before.
 """

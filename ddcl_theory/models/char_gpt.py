@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ddcl_theory.models.transformer import TransformerStack
+from ddcl_theory.runtime.validate import check_int_range, check_positive_int, check_shape
 
 __all__ = ["CharGPT"]
 
@@ -38,11 +39,8 @@ class CharGPT(nn.Module):
                  heads: int = 4, laplacian_heads: int | Sequence[int] = 0, mlp_ratio: int = 4,
                  dropout: float = 0.0, tie_weights: bool = True) -> None:
         super().__init__()
-        for name, value in (("vocab_size", vocab_size), ("block_size", block_size)):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}: expected a positive int, got {value!r}")
-        self.vocab_size = vocab_size
-        self.block_size = block_size
+        self.vocab_size = check_positive_int(vocab_size, "vocab_size")
+        self.block_size = check_positive_int(block_size, "block_size")
         self.tok = nn.Embedding(vocab_size, dim)
         self.pos = nn.Embedding(block_size, dim)
         self.stack = TransformerStack(dim, depth, heads, laplacian_heads=laplacian_heads,
@@ -60,12 +58,8 @@ class CharGPT(nn.Module):
 
     def forward(self, idx: Tensor, return_hidden: bool = False
                 ) -> Tensor | tuple[Tensor, list[Tensor]]:
-        if idx.dim() != 2 or idx.dtype != torch.long:
-            raise ValueError(f"idx: expected an int64 tensor (B, T), got {idx.dtype} "
-                             f"{tuple(idx.shape)}")
-        t = idx.shape[1]
-        if not 1 <= t <= self.block_size:
-            raise ValueError(f"idx: sequence length {t} outside [1, block_size={self.block_size}]")
+        check_shape(idx, "idx", ("B", "T"), dtype=torch.long)
+        t = check_int_range(idx.shape[1], "idx: length T (at most block_size)", 1, self.block_size)
         x = self.tok(idx) + self.pos(torch.arange(t, device=idx.device))
         states = self.stack(x)
         logits = self.head(self.norm(states[-1]))

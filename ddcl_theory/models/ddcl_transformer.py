@@ -19,6 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from ddcl_theory.layers.ddcl import DDCLAttention, DDCLOutput
+from ddcl_theory.runtime.validate import check_choice, check_int_range, check_positive_int
 
 READOUTS = ("ddcl", "mean")
 
@@ -56,15 +57,13 @@ class DDCLTransformer(nn.Module):
         if (input_dim is None) == (vocab_size is None):
             raise ValueError("input_dim: give exactly one of input_dim (continuous tokens) and "
                              "vocab_size (token ids)")
-        if readout not in READOUTS:
-            raise ValueError(f"readout: expected one of {READOUTS}, got {readout!r}")
+        check_choice(readout, "readout", READOUTS)
         for name, value in (("num_classes", num_classes), ("max_len", max_len), ("dim", dim),
                             ("depth", depth), ("attn_heads", attn_heads)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
-        if ddcl_block_after is not None and not 0 <= ddcl_block_after < depth:
-            raise ValueError(f"ddcl_block_after: expected None or 0..{depth - 1}, got "
-                             f"{ddcl_block_after!r}")
+            check_positive_int(value, name)
+        if ddcl_block_after is not None:
+            check_int_range(ddcl_block_after, "ddcl_block_after (None for no block)", 0,
+                            depth - 1)
         self.readout, self.max_len, self.ddcl_block_after = readout, max_len, ddcl_block_after
         self.embed = (nn.Linear(input_dim, dim) if input_dim is not None
                       else nn.Embedding(vocab_size, dim))

@@ -20,6 +20,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ddcl_theory.models.vit import ViT
+from ddcl_theory.runtime.validate import (check_positive_float, check_probability,
+                                          check_real_range, check_shape)
 
 __all__ = ["DinoHead", "dino_vit", "patch_features", "dino_loss", "SelfDistillation"]
 
@@ -60,9 +62,7 @@ def dino_loss(student_logits: Tensor, teacher_logits: Tensor, center: Tensor, *,
     """Mean over the batch of ``H(softmax((t - center) / teacher_temp), softmax(s /
     student_temp))``: student and teacher logits (B, K), center (K,) -> scalar. The teacher side
     carries no gradient."""
-    if student_logits.shape != teacher_logits.shape:
-        raise ValueError(f"teacher_logits: expected shape {tuple(student_logits.shape)}, got "
-                         f"{tuple(teacher_logits.shape)}")
+    check_shape(teacher_logits, "teacher_logits", tuple(student_logits.shape))
     target = F.softmax((teacher_logits.detach() - center) / teacher_temp, dim=-1)
     return -(target * F.log_softmax(student_logits / student_temp, dim=-1)).sum(-1).mean()
 
@@ -85,12 +85,11 @@ class SelfDistillation(nn.Module):
                  center_momentum: float = 0.9, student_temp: float = 0.1,
                  teacher_temp: float = 0.04) -> None:
         super().__init__()
-        for name, value in (("momentum", momentum), ("center_momentum", center_momentum)):
-            if not 0.0 <= value < 1.0:
-                raise ValueError(f"{name}: expected a value in [0, 1), got {value!r}")
-        if not 0.0 < teacher_temp <= student_temp:
-            raise ValueError(f"teacher_temp: expected 0 < teacher_temp <= student_temp, got "
-                             f"{teacher_temp!r} (student_temp {student_temp!r})")
+        check_probability(momentum, "momentum")
+        check_probability(center_momentum, "center_momentum")
+        check_positive_float(student_temp, "student_temp")
+        check_real_range(teacher_temp, "teacher_temp (at most student_temp)", 0.0, student_temp,
+                         low_open=True)
         self.student = student
         self.teacher = copy.deepcopy(student)
         for p in self.teacher.parameters():

@@ -6,12 +6,7 @@ from torch import Tensor, nn
 
 from ddcl_theory.layers.ddcl import DDCLOutput
 from ddcl_theory.layers.quantizers import SoftDDCLQuantizer
-
-
-def _check_sizes(**sizes: int) -> None:
-    for name, value in sizes.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
+from ddcl_theory.runtime.validate import check_positive_int, check_shape
 
 
 class TokenMLP(nn.Module):
@@ -23,12 +18,12 @@ class TokenMLP(nn.Module):
 
     def __init__(self, d_in: int, hidden: int, d_out: int) -> None:
         super().__init__()
-        _check_sizes(d_in=d_in, hidden=hidden, d_out=d_out)
+        for name, value in (("d_in", d_in), ("hidden", hidden), ("d_out", d_out)):
+            check_positive_int(value, name)
         self.net = nn.Sequential(nn.Linear(d_in, hidden), nn.GELU(), nn.Linear(hidden, d_out))
 
     def forward(self, x: Tensor) -> Tensor:
-        if x.dim() != 3:
-            raise ValueError(f"x: expected shape (B, T, d_in), got {tuple(x.shape)}")
+        check_shape(x, "x", ("B", "T", "d_in"))
         return self.net(x)
 
 
@@ -43,7 +38,9 @@ class QuantizedMLPAutoencoder(nn.Module):
     def __init__(self, features: int, num_codes: int, hidden: int, latent: int,
                  beta: float = 0.25) -> None:
         super().__init__()
-        _check_sizes(features=features, num_codes=num_codes, hidden=hidden, latent=latent)
+        for name, value in (("features", features), ("num_codes", num_codes),
+                            ("hidden", hidden), ("latent", latent)):
+            check_positive_int(value, name)
         self.encoder = nn.Sequential(nn.Linear(features, hidden), nn.ReLU(),
                                      nn.Linear(hidden, latent))
         self.decoder = nn.Sequential(nn.Linear(latent, hidden), nn.ReLU(),
@@ -53,7 +50,6 @@ class QuantizedMLPAutoencoder(nn.Module):
     def forward(self, x: Tensor) -> tuple[Tensor, DDCLOutput]:
         """x (N, F) -> (reconstruction (N, F), the bank's output on the (1, N, latent) codes:
         assignments, centroids and loss terms)."""
-        if x.dim() != 2:
-            raise ValueError(f"x: expected shape (N, F), got {tuple(x.shape)}")
+        check_shape(x, "x", ("N", "F"))
         out = self.quantizer.layer(self.encoder(x)[None])
         return self.decoder(out.centroids[0, 0]), out

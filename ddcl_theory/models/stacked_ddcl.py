@@ -24,6 +24,7 @@ from torch import Tensor, nn
 
 from ddcl_theory.layers.ddcl import DDCLAttention, DDCLOutput
 from ddcl_theory.layers.readouts import lloyd, segment_mean
+from ddcl_theory.runtime.validate import check_positive_float, check_shape
 
 
 @dataclass
@@ -60,9 +61,8 @@ class StackedDDCL(nn.Module):
 
     def forward(self, tokens: Tensor, segments: Tensor, n: int) -> StackedOutput:
         """tokens (m, d) of n documents, segments (m,) document id of each token in [0, n)."""
-        if tokens.dim() != 2 or segments.shape != tokens.shape[:1]:
-            raise ValueError(f"tokens, segments: expected (m, d) and (m,), got "
-                             f"{tuple(tokens.shape)} and {tuple(segments.shape)}")
+        check_shape(tokens, "tokens", ("m", "d"))
+        check_shape(segments, "segments", (tokens.shape[0],))
         out1 = self.level1(tokens.unsqueeze(1))
         summaries = segment_mean(out1.output[:, 0], segments, n)                 # (n, d)
         shares = segment_mean(out1.assignments[:, 0, 0], segments, n)            # (n, K1)
@@ -81,9 +81,8 @@ class StackedDDCL(nn.Module):
         distance of the tokens to their mean; level 2 is then seeded on the resulting summaries
         and gets tau2 = ``fraction2`` times their spread. Returns (tau1, tau2).
         """
-        for name, f in (("fraction1", fraction1), ("fraction2", fraction2)):
-            if not f > 0:
-                raise ValueError(f"{name}: expected a number > 0, got {f!r}")
+        check_positive_float(fraction1, "fraction1")
+        check_positive_float(fraction2, "fraction2")
 
         def spread(x: Tensor) -> float:
             return float(((x - x.mean(0)) ** 2).sum(-1).mean())
@@ -95,10 +94,10 @@ class StackedDDCL(nn.Module):
         self.level1.init_prototypes_from(sample.unsqueeze(1), generator=generator)
         self.level1.prototypes[0].copy_(lloyd(sample, self.level1.prototypes[0], lloyd_steps))
         tau1 = max(fraction1 * spread(tokens), 1e-12)
-        self.level1.set_temperature(tau1)
+        self.level1.temperature.set(tau1)
         summaries = self(tokens, segments, n).summaries
         self.level2.init_prototypes_from(summaries.unsqueeze(1), generator=generator)
         self.level2.prototypes[0].copy_(lloyd(summaries, self.level2.prototypes[0], lloyd_steps))
         tau2 = max(fraction2 * spread(summaries), 1e-12)
-        self.level2.set_temperature(tau2)
+        self.level2.temperature.set(tau2)
         return tau1, tau2

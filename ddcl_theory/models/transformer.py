@@ -13,6 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from ddcl_theory.layers.laplacian import LaplacianAttention
+from ddcl_theory.runtime.validate import check_int_range, check_positive_int
 
 __all__ = ["TransformerBlock", "TransformerStack", "laplacian_heads_per_layer",
            "value_output_maps"]
@@ -24,18 +25,14 @@ def laplacian_heads_per_layer(spec: int | Sequence[int], depth: int, heads: int)
     Raises ``ValueError`` naming ``laplacian_heads`` when the length is not ``depth`` or a value
     is outside ``[0, heads]``.
     """
-    if isinstance(spec, bool):
-        raise ValueError(f"laplacian_heads: expected an int or a sequence of ints, got {spec!r}")
-    if isinstance(spec, int):
-        counts = (spec,) * depth
-    else:
-        counts = tuple(spec)
-        if len(counts) != depth:
-            raise ValueError(f"laplacian_heads: expected {depth} values (one per layer), "
-                             f"got {len(counts)}")
-    for c in counts:
-        if isinstance(c, bool) or not isinstance(c, int) or not 0 <= c <= heads:
-            raise ValueError(f"laplacian_heads: expected ints in [0, {heads}], got {counts}")
+    if isinstance(spec, int):                        # bools too: check_int_range refuses them
+        return (check_int_range(spec, "laplacian_heads", 0, heads),) * depth
+    counts = tuple(spec)
+    if len(counts) != depth:
+        raise ValueError(f"laplacian_heads: expected {depth} values (one per layer), "
+                         f"got {len(counts)}")
+    for layer, c in enumerate(counts):
+        check_int_range(c, f"laplacian_heads[{layer}]", 0, heads)
     return counts
 
 
@@ -70,8 +67,7 @@ class TransformerBlock(nn.Module):
     def __init__(self, dim: int, heads: int, *, laplacian_heads: int = 0, causal: bool = False,
                  mlp_ratio: int = 4, dropout: float = 0.0) -> None:
         super().__init__()
-        if not isinstance(mlp_ratio, int) or mlp_ratio < 1:
-            raise ValueError(f"mlp_ratio: expected a positive int, got {mlp_ratio!r}")
+        check_positive_int(mlp_ratio, "mlp_ratio")
         self.norm1 = nn.LayerNorm(dim)
         self.attn = LaplacianAttention(dim, heads, laplacian_heads=laplacian_heads,
                                        causal=causal, dropout=dropout)
@@ -96,8 +92,7 @@ class TransformerStack(nn.Module):
                  laplacian_heads: int | Sequence[int] = 0, causal: bool = False,
                  mlp_ratio: int = 4, dropout: float = 0.0) -> None:
         super().__init__()
-        if not isinstance(depth, int) or depth < 1:
-            raise ValueError(f"depth: expected a positive int, got {depth!r}")
+        check_positive_int(depth, "depth")
         self.laplacian_heads = laplacian_heads_per_layer(laplacian_heads, depth, heads)
         self.blocks = nn.ModuleList(
             TransformerBlock(dim, heads, laplacian_heads=c, causal=causal, mlp_ratio=mlp_ratio,

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from ddcl_theory.models.transformer import TransformerStack
+from ddcl_theory.runtime.validate import check_choice, check_positive_int, check_shape
 
 __all__ = ["ViT"]
 
@@ -42,15 +43,10 @@ class ViT(nn.Module):
                  depth: int = 2, heads: int = 4, laplacian_heads: int | Sequence[int] = 0,
                  mlp_ratio: int = 2, pool: str = "mean", dropout: float = 0.0) -> None:
         super().__init__()
-        for name, value in (("num_patches", num_patches), ("patch_dim", patch_dim),
-                            ("num_classes", num_classes)):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}: expected a positive int, got {value!r}")
-        if pool not in ("mean", "cls"):
-            raise ValueError(f"pool: expected 'mean' or 'cls', got {pool!r}")
-        self.pool = pool
-        self.num_patches = num_patches
-        self.patch_dim = patch_dim
+        self.num_patches = check_positive_int(num_patches, "num_patches")
+        self.patch_dim = check_positive_int(patch_dim, "patch_dim")
+        check_positive_int(num_classes, "num_classes")
+        self.pool = check_choice(pool, "pool", ("mean", "cls"))
         self.embed = nn.Linear(patch_dim, dim)
         n_pos = num_patches + (1 if pool == "cls" else 0)
         self.pos = nn.Parameter(torch.randn(1, n_pos, dim) * 0.02)
@@ -66,9 +62,7 @@ class ViT(nn.Module):
 
     def forward(self, patches: Tensor, return_hidden: bool = False
                 ) -> Tensor | tuple[Tensor, list[Tensor]]:
-        if patches.dim() != 3 or patches.shape[1:] != (self.num_patches, self.patch_dim):
-            raise ValueError(f"patches: expected shape (B, {self.num_patches}, {self.patch_dim}), "
-                             f"got {tuple(patches.shape)}")
+        check_shape(patches, "patches", ("B", self.num_patches, self.patch_dim))
         x = self.embed(patches)
         if self.cls is not None:
             x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], dim=1)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from torch import Tensor, nn
 
 from ddcl_theory.layers.quantizers import Quantizer, QuantizerOutput
-from ddcl_theory.runtime.validate import check_positive_int
+from ddcl_theory.runtime.validate import check_positive_int, check_shape
 
 __all__ = ["VQVAE", "ConvDecoder", "ConvEncoder", "VQVAEOutput"]
 
@@ -99,10 +99,7 @@ class VQVAE(nn.Module):
 
     def encode(self, images: Tensor) -> Tensor:
         """(B, C, H, W) -> tokens (B, T, D), T = (H/4)(W/4), row-major over the grid."""
-        if not isinstance(images, Tensor) or images.dim() != 4 \
-                or images.shape[1] != self.in_channels:
-            raise ValueError(f"images: expected shape (B, {self.in_channels}, H, W), got "
-                             f"{tuple(images.shape) if isinstance(images, Tensor) else images!r}")
+        check_shape(images, "images", ("B", self.in_channels, "H", "W"))
         h, w = images.shape[-2:]
         if h % 4 or w % 4 or h < 4 or w < 4:
             raise ValueError(f"images: expected H and W multiples of 4, got {h}x{w}")

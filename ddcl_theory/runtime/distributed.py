@@ -1,8 +1,9 @@
 """Data-parallel helpers for layers with prototypes and temperature schedules: DDP, torchrun.
 
-The helpers duck-type the layers (this module imports no layer): a *scheduled layer* has a
-``temperature_step`` buffer and ``sync_temperature_from_buffers()``; a prototype layer has
-``prototypes`` and ``init_prototypes_from(x, mask, generator=...)``. A worked example that
+The helpers duck-type the modules (this module imports no layer): a *temperature* (e.g.
+:class:`~ddcl_theory.layers.temperature.Temperature`) has a ``step`` buffer and
+``sync_from_buffers()``; a prototype layer has ``prototypes`` and
+``init_prototypes_from(x, mask, generator=...)``. A worked example that
 trains a DDCL classifier with DDP is :mod:`ddcl_theory.experiments.ddp_check`::
 
     torchrun --nproc_per_node=2 -m ddcl_theory.experiments.ddp_check [--steps 20]
@@ -14,15 +15,15 @@ How :class:`~ddcl_theory.layers.ddcl.DDCLAttention` stays identical on every rep
   broadcasts rank 0's parameters and buffers when it wraps the model and averages the gradients
   in every backward pass, so replicas that step the same optimizer stay equal. The layer's
   forward pass has no data-dependent shapes and no host reads, so every rank runs the same graph.
-* **Buffers.** ``temperature_step`` (the schedule's step counter) and ``_fixed_temperature`` (the
+* **Buffers.** ``temperature.step`` (the schedule's step counter) and ``temperature.tau`` (the
   current tau, which the forward pass reads). DDP's default ``broadcast_buffers=True`` copies rank
-  0's buffers to all ranks at every forward, so tau is rank 0's everywhere. The layer also keeps
-  the step as a Python int (so that neither the forward pass nor ``advance_schedule`` reads a
-  tensor); it stays equal on all ranks when every rank calls ``advance_schedule`` equally often,
+  0's buffers to all ranks at every forward, so tau is rank 0's everywhere. The temperature also
+  keeps the step as a Python int (so that neither the forward pass nor ``temperature.advance``
+  reads a tensor); it stays equal on all ranks when every rank calls ``advance`` equally often,
   as a training loop does, and then nothing needs communicating. For the other cases (resuming
   ranks from different checkpoints, ranks that skipped steps) :func:`sync_temperature_steps` is
-  the one documented collective: an all-reduce (MAX) of every layer's counter, after which each
-  rank re-evaluates its schedule.
+  the one documented collective: an all-reduce (MAX) of every temperature's counter, after which
+  each rank re-evaluates its schedule.
 * **k-means initialisation.** ``init_prototypes_from`` draws from the tokens it is given, so on
   rank-local data every rank gets a different bank. Either initialise before wrapping in DDP (its
   constructor broadcasts rank 0's parameters) or use :func:`init_prototypes_distributed`, which
@@ -39,7 +40,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-__all__ = ["require_initialised", "scheduled_layers", "sync_temperature_steps",
+__all__ = ["require_initialised", "temperatures", "sync_temperature_steps",
            "broadcast_module", "init_prototypes_distributed", "replica_max_difference"]
 
 
@@ -55,45 +56,44 @@ def _unwrap(module: nn.Module) -> nn.Module:
     return module.module if isinstance(module, nn.parallel.DistributedDataParallel) else module
 
 
-def scheduled_layers(module: nn.Module) -> list[nn.Module]:
-    """Every submodule of ``module`` (DDP wrapper or not) with a temperature step counter, in
-    module order: those with a ``temperature_step`` buffer and ``sync_temperature_from_buffers``
-    (e.g. :class:`~ddcl_theory.layers.ddcl.DDCLAttention`)."""
+def temperatures(module: nn.Module) -> list[nn.Module]:
+    """Every temperature submodule of ``module`` (DDP wrapper or not), in module order: those
+    with a ``step`` buffer and ``sync_from_buffers()``."""
     return [m for m in _unwrap(module).modules()
-            if hasattr(m, "temperature_step") and hasattr(m, "sync_temperature_from_buffers")]
+            if isinstance(getattr(m, "step", None), Tensor) and hasattr(m, "sync_from_buffers")]
 
 
 def sync_temperature_steps(module: nn.Module, group=None) -> list[int]:
-    """All-reduce (MAX) each scheduled layer's step counter, then re-apply its schedule on every
+    """All-reduce (MAX) each temperature's step counter, then re-apply its schedule on every
     rank.
 
     One collective on a 1-D long tensor of all the model's counters. Returns the steps.
     """
     require_initialised()
-    layers = scheduled_layers(module)
-    if not layers:
+    found = temperatures(module)
+    if not found:
         return []
-    steps = torch.stack([layer.temperature_step.detach().clone() for layer in layers])
+    steps = torch.stack([tau.step.detach().clone() for tau in found])
     dist.all_reduce(steps, op=dist.ReduceOp.MAX, group=group)
     out = []
     with torch.no_grad():
-        for layer, step in zip(layers, steps):
-            layer.temperature_step.copy_(step)
-            out.append(layer.sync_temperature_from_buffers())
+        for tau, step in zip(found, steps):
+            tau.step.copy_(step)
+            out.append(tau.sync_from_buffers())
     return out
 
 
 def broadcast_module(module: nn.Module, src: int = 0, group=None) -> None:
     """Copy rank ``src``'s parameters and buffers to every rank (one broadcast per tensor).
 
-    Scheduled layers then re-read their step counters (their Python mirrors follow the buffers).
+    Temperatures then re-read their step counters (their Python mirrors follow the buffers).
     """
     require_initialised()
     with torch.no_grad():
         for t in [*_unwrap(module).parameters(), *_unwrap(module).buffers()]:
             dist.broadcast(t.data, src=src, group=group)
-    for layer in scheduled_layers(module):
-        layer.sync_temperature_from_buffers()
+    for tau in temperatures(module):
+        tau.sync_from_buffers()
 
 
 def init_prototypes_distributed(layer: nn.Module, x: Tensor, mask: Tensor | None = None,

@@ -82,12 +82,14 @@ def _git(*args: str) -> str | None:
 
 @functools.lru_cache(maxsize=1)
 def git_commit() -> tuple[str | None, bool | None]:
-    """(commit hash of the checkout, whether tracked files differ from it); (None, None) outside
-    a git checkout. Read once per process."""
+    """(commit hash of the checkout, whether tracked files outside ``results/`` differ from it:
+    the code and chapters, not the results a run writes); (None, None) outside a git checkout.
+    Read once per process."""
     commit = _git("rev-parse", "HEAD")
     if commit is None or not re.fullmatch(r"[0-9a-f]{40}", commit):
         return None, None
-    status = _git("status", "--porcelain", "--untracked-files=no")
+    status = _git("status", "--porcelain", "--untracked-files=no", "--", ".",
+                  ":(exclude)results")
     return commit, (bool(status) if status is not None else None)
 
 

@@ -33,7 +33,12 @@ from typing import Any, ClassVar
 
 from ddcl_theory.runtime import profile
 
-__all__ = ["Settings", "setting", "nested", "values"]
+__all__ = ["Settings", "setting", "nested", "values", "confirmatory_seeds",
+           "CONFIRMATORY_SEED_BASE"]
+
+#: The confirmatory runs' seeds start here: every exploratory run (the cpu profile's pilots and
+#: the first edition's reference runs) used seeds below it.
+CONFIRMATORY_SEED_BASE = 1000
 
 _SAME = object()
 _PROFILE_FIELDS = ("cpu", "reference", "paper", "smoke")
@@ -158,7 +163,7 @@ class Settings:
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
-        hints = typing.get_type_hints(type(self))
+        hints = _hints(type(self))
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name in hints:
@@ -189,6 +194,29 @@ def values(settings: Settings, prefix: str = "") -> list[tuple[str, Any]]:
         else:
             rows.append((prefix + f.name, value))
     return rows
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    """The resolved field annotations of ``cls`` (cached); a field whose annotation names
+    something its module cannot see (a class defined inside a function) is left unchecked."""
+    if cls not in _HINTS:
+        try:
+            _HINTS[cls] = typing.get_type_hints(cls)
+        except NameError:
+            import sys
+            hints = {}
+            for klass in reversed(cls.__mro__):
+                space = vars(sys.modules.get(klass.__module__, object()))
+                for name, ann in getattr(klass, "__annotations__", {}).items():
+                    try:
+                        hints[name] = eval(ann, space) if isinstance(ann, str) else ann
+                    except NameError:
+                        hints.pop(name, None)
+            _HINTS[cls] = hints
+    return _HINTS[cls]
 
 
 def _describe(hint: Any) -> str:
@@ -231,3 +259,11 @@ def _fits(value: Any, hint: Any) -> bool:
     if isinstance(hint, type):
         return isinstance(value, hint)
     return True
+
+
+def confirmatory_seeds(n: int) -> tuple[int, ...]:
+    """``n`` seeds no exploratory run used: ``(1000, 1001, ...)`` (the reference profile's
+    seeds of a confirmatory run)."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n: expected an int >= 1, got {n!r}")
+    return tuple(range(CONFIRMATORY_SEED_BASE, CONFIRMATORY_SEED_BASE + n))

@@ -33,21 +33,21 @@ several sequence lengths in one run, interleaved, and returns time ratios to DDC
 reported, never asserted; :func:`flop_counts` counts the matrix-product FLOPs of the same
 forward passes (deterministic, so usable in a verdict).
 
-The D17 study (:func:`run_study`, also ``run(StudySettings)``, the smoke test's entry) trains the
-three readouts over several seeds on real tasks (:func:`load_task`): SST-2 and 20 Newsgroups
-through the frozen text encoder and the token-embedding cache of the text chapter, and sets of
-orbital-debris objects labelled by the orbit classes they contain (:func:`debris_sets`), and runs
-a mechanism sweep (:data:`SWEEP`: temperature, number of slots, learning rates, near-equal
-starts) on one of them. :func:`sweep_rows` summarises it; the verdict is
-:func:`ddcl_theory.ledger.decisions.peer_readouts.decide_d17`. The collapse
-rule is :meth:`CollapseRecord.collapsed` on the attention rows. DDCL can run at a temperature
-relative to the critical temperature T_c = 2 lambda_max of its projected tokens
-(``ddcl_relative_temperature``; :func:`ddcl_theory.theory.collapse.critical_temperature`);
+The D17 study (:func:`run`, the chapter's and the smoke test's entry) trains the three readouts
+over several seeds on real tasks (:func:`load_task`): SST-2 and 20 Newsgroups through the frozen
+text encoder and the token-embedding cache of the text chapter, and sets of orbital-debris objects
+labelled by the orbit classes they contain (:func:`debris_sets`), and runs a mechanism sweep
+(:data:`SWEEP`: temperature, number of slots, learning rates, near-equal starts) on one of them.
+:func:`sweep_rows` summarises it; the verdict is
+:func:`ddcl_theory.ledger.decisions.peer_readouts.decide_d17`. The collapse rule is
+:meth:`CollapseRecord.collapsed` on the attention rows. DDCL can run at a temperature relative to
+the critical temperature T_c = 2 lambda_max of its projected tokens (``ddcl_relative_temperature``;
+:func:`ddcl_theory.theory.collapse.critical_temperature`);
 every record carries tau / T_c of the *current* tokens.
 
-Modules: :mod:`.settings` (one run's settings), :mod:`.data` (token sets and tasks),
-:mod:`.model` (readouts and the classifier), :mod:`.records` (what is measured per epoch),
-:mod:`.training` (one run, on :func:`ddcl_theory.runtime.training.fit`), :mod:`.cost`
+Modules: :mod:`.settings` (the study's and one run's settings), :mod:`.data` (token sets and
+tasks), :mod:`.model` (readouts and the classifier), :mod:`.records` (what is measured per
+epoch), :mod:`.training` (one run, on :func:`ddcl_theory.runtime.training.fit`), :mod:`.cost`
 (timings and FLOPs), :mod:`.study` (the D17 study) and :mod:`.summaries` (its tables).
 """
 from __future__ import annotations
@@ -61,7 +61,6 @@ from ddcl_theory.experiments.peer_readouts.cost import (
 from ddcl_theory.experiments.peer_readouts.data import (
     DEBRIS_SUBSETS,
     TASK_TITLES,
-    TASKS,
     TaskData,
     TokenSet,
     debris_features,
@@ -85,19 +84,20 @@ from ddcl_theory.experiments.peer_readouts.records import (
 )
 from ddcl_theory.experiments.peer_readouts.settings import (
     BANK_INITS,
+    DDCL_READOUT,
     ENCODERS,
     READOUTS,
+    TASKS,
     PeerSettings,
+    StudySettings,
 )
 from ddcl_theory.experiments.peer_readouts.study import (
     SWEEP,
     StudyResult,
-    StudySettings,
     SweepRun,
     Variant,
     cost_settings,
     run,
-    run_study,
 )
 from ddcl_theory.experiments.peer_readouts.summaries import (
     SweepRow,
@@ -112,6 +112,7 @@ from ddcl_theory.experiments.peer_readouts.training import (
 
 __all__ = [
     "BANK_INITS",
+    "DDCL_READOUT",
     "DEBRIS_SUBSETS",
     "ENCODERS",
     "READOUTS",
@@ -145,7 +146,6 @@ __all__ = [
     "inference_cost",
     "load_task",
     "run",
-    "run_study",
     "series",
     "study",
     "sweep_rows",

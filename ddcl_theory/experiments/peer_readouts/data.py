@@ -8,17 +8,14 @@ frozen encoder and the embedding cache.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from ddcl_theory.experiments.peer_readouts.settings import TASKS, StudySettings
 from ddcl_theory.runtime import profile
 from ddcl_theory.runtime.validate import valid_tokens
-
-if TYPE_CHECKING:
-    from ddcl_theory.experiments.peer_readouts.study import StudySettings
 
 
 @dataclass(frozen=True)
@@ -156,7 +153,6 @@ def text_sets(train, test, train_y: np.ndarray, test_y: np.ndarray) -> tuple[Tok
     return out[0], out[1]
 
 
-TASKS = ("sst2", "20ng", "debris")
 TASK_TITLES = {"sst2": "SST-2", "20ng": "20 Newsgroups", "debris": "debris sets"}
 
 

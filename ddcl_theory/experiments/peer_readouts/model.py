@@ -85,7 +85,7 @@ class ReadoutClassifier(nn.Module):
         return self.head(out.pooled), out
 
 
-def _trim(tokens: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+def trim_padding(tokens: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
     """Drop the trailing columns of a batch (B, T, d), (B, T) where no row has a valid token
     (the readouts give the same outputs: padding gets exactly zero weight)."""
     cols = mask.any(0)
@@ -102,7 +102,7 @@ def ddcl_tokens(model: ReadoutClassifier, data: TokenSet, batch: int = 256) -> T
         raise ValueError("model: expected a ReadoutClassifier with a DDCL readout")
     out = []
     for start in range(0, data.tokens.shape[0], batch):
-        x, m = _trim(data.tokens[start:start + batch], data.mask[start:start + batch])
+        x, m = trim_padding(data.tokens[start:start + batch], data.mask[start:start + batch])
         out.append(model.readout.layer.in_proj(model.encoder(x))[m])
     return torch.cat(out)
 
@@ -129,7 +129,7 @@ def ddcl_critical_temperature(model: ReadoutClassifier, data: TokenSet,
 def critical_ratio(model: ReadoutClassifier, data: TokenSet) -> float:
     """tau / T_c of a DDCL readout on the projected tokens of ``data`` (T_c of the trained
     L_q, :data:`TRAINED_OBJECTIVE`)."""
-    return model.readout.layer.temperature / ddcl_critical_temperature(model, data)
+    return model.readout.layer.temperature.value / ddcl_critical_temperature(model, data)
 
 
 @torch.no_grad()

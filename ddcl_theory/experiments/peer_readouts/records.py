@@ -9,8 +9,8 @@ import torch
 from ddcl_theory.experiments.peer_readouts.data import TokenSet
 from ddcl_theory.experiments.peer_readouts.model import (
     ReadoutClassifier,
-    _trim,
     critical_ratio,
+    trim_padding,
 )
 from ddcl_theory.experiments.peer_readouts.settings import PeerSettings
 from ddcl_theory.layers.peers import DDCLReadoutAdapter
@@ -84,8 +84,14 @@ class PeerResult:
 
 
 @torch.no_grad()
-def _measure(model: ReadoutClassifier, data: TokenSet, test: TokenSet | None, epoch: int,
-             loss: float, s: PeerSettings, final: bool = False) -> CollapseRecord:
+def measure_readout(model: ReadoutClassifier, data: TokenSet, test: TokenSet | None,
+                    epoch: int, loss: float, s: PeerSettings,
+                    final: bool = False) -> CollapseRecord:
+    """The :class:`CollapseRecord` of ``model`` after ``epoch`` epochs (mean training loss
+    ``loss``): accuracies on ``data`` (its first ``s.measure_sequences`` sequences) and on
+    ``test`` (every epoch, or only when ``final`` unless ``s.test_every_epoch``), collapse
+    metrics and usage of the readout on ``data``, tau / T_c for DDCL. Leaves ``model`` in
+    training mode."""
     model.eval()
     gen_seed = s.seed + 10_007                                          # fixed noise for eval
 
@@ -94,7 +100,7 @@ def _measure(model: ReadoutClassifier, data: TokenSet, test: TokenSet | None, ep
         correct, outs = 0, []
         for start in range(0, d.tokens.shape[0], s.eval_batch):
             sl = slice(start, start + s.eval_batch)
-            x, m = _trim(d.tokens[sl], d.mask[sl])
+            x, m = trim_padding(d.tokens[sl], d.mask[sl])
             lg, out = model(x, m, generator=gen)
             correct += int((lg.argmax(-1) == d.labels[sl]).sum())
             if keep:

@@ -2,8 +2,7 @@
 from __future__ import annotations
 
 import functools
-import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 import torch
 
@@ -12,32 +11,17 @@ from ddcl_theory.experiments.peer_readouts.cost import (
     flop_counts,
     inference_cost,
 )
-from ddcl_theory.experiments.peer_readouts.data import (
-    TASKS,
-    TaskData,
-    TokenSet,
-    load_task,
-)
+from ddcl_theory.experiments.peer_readouts.data import TaskData, TokenSet, load_task
 from ddcl_theory.experiments.peer_readouts.records import ReadoutHistory
-from ddcl_theory.experiments.peer_readouts.settings import READOUTS, PeerSettings
-from ddcl_theory.experiments.peer_readouts.training import (
-    compare_readouts,
-    train_readout,
+from ddcl_theory.experiments.peer_readouts.settings import (
+    READOUTS,
+    PeerSettings,
+    StudySettings,
 )
-from ddcl_theory.experiments.probes import DDCLReadoutConfig
-from ddcl_theory.experiments.text_readout import ddcl_readout_config
-
-#: The one DDCL readout configuration of claims D14 and D17 (the text chapter's): K = the number
-#: of classes, k-means++ and Lloyd steps on the projected tokens of the first sequences, tau a
-#: fixed fraction of T_c of L_q (q differentiated), CE + beta L_q, AdamW. The main runs take its
-#: values; where they differ the chapter says why.
-DDCL_READOUT: DDCLReadoutConfig = ddcl_readout_config()
-if DDCL_READOUT.objective != "quantisation" or DDCL_READOUT.heads != 1:
-    raise ValueError(f"DDCL_READOUT: expected one head with tau relative to T_c of L_q "
-                     f"(objective 'quantisation'), got {DDCL_READOUT!r}")
+from ddcl_theory.experiments.peer_readouts.training import train_readout
 from ddcl_theory.runtime import profile
-from ddcl_theory.runtime.rundir import RunDir
 from ddcl_theory.runtime.progress import progress
+from ddcl_theory.runtime.rundir import RunDir
 
 
 @dataclass(frozen=True)
@@ -102,205 +86,6 @@ SWEEP: tuple[Variant, ...] = (
     _variant("ddcl", "near-equal, tau = 1.5 T_c, bank lr x10", bank_init="near_equal",
              ddcl_relative_temperature=1.5, lr_bank=0.03),
 )
-
-
-@dataclass(frozen=True)
-class StudySettings:
-    """Scale of the D17 study (values per profile in :meth:`from_profile`).
-
-    Sizes are numbers of sequences; lengths are in tokens ([CLS] and [SEP] included for text).
-
-    *Main runs* (the three readouts on every task, ``seeds``, ``epochs``): batch
-    ``batch_size``, AdamW (``weight_decay``) at ``lr`` for bank and rest alike, a linear warm-up
-    over ``warmup_fraction`` of the steps then a cosine decay to 0 (the peers' recipes, scaled to
-    the run), cross-entropy with ``label_smoothing`` (a floor above 0 for the training loss,
-    whose plateau is tested). DDCL is the text chapter's readout (:data:`DDCL_READOUT`): K = the
-    number of classes on the text tasks, k-means++ plus ``ddcl_lloyd_steps`` Lloyd steps on the
-    first ``ddcl_init_sequences`` sequences, tau = ``ddcl_relative_temperature`` times T_c of
-    L_q on the same tokens, L_q weight ``ddcl_lam``. On ``decide_task`` every readout's learning rate is chosen from
-    ``tune_lrs`` by validation accuracy (``tune_fraction`` of the training sequences held out,
-    one run per value): the same tuning budget for each.
-
-    *Mechanism sweep* (``sweep_*``): the earlier recipe, unchanged (constant ``sweep_lr``,
-    Adam, batch ``sweep_batch_size``, DDCL at tau = ``sweep_relative_temperature`` T_c of L_q,
-    no Lloyd steps), so that its settings are the ones the sweep was designed around.
-    """
-
-    tasks: tuple[str, ...] = ("20ng", "debris")
-    seeds: tuple[int, ...] = (0, 1, 2)
-    epochs: int = 8
-    decide_task: str = "20ng"
-    tune_lrs: tuple[float, ...] = (3e-3, 1e-2, 3e-2)
-    tune_fraction: float = 0.2
-    sweep_task: str = "debris"
-    sweep_seeds: tuple[int, ...] = (0, 1)
-    sweep_epochs: int = 8
-    encoder: str = "minilm"
-    encoder_batch_tokens: int = 2048   # as the text chapter: the embedding cache's key does not
-                                       # hold it, and batching moves float16 roundings
-    sst2_train: int = 1000
-    sst2_max_length: int = 64
-    ng_train: int = 800
-    ng_test: int = 400
-    ng_max_length: int = 64
-    debris_train: int = 800
-    debris_test: int = 600
-    debris_length: int = 24
-    data_seed: int = 0
-    text_dim: int = 32
-    debris_dim: int = 16
-    hidden: int = 32
-    sst2_slots: int = 2
-    ng_slots: int = 20
-    debris_slots: int = 6
-    batch_size: int = DDCL_READOUT.batch_size
-    lr: float = DDCL_READOUT.lr
-    weight_decay: float = DDCL_READOUT.weight_decay
-    warmup_fraction: float = 0.05
-    label_smoothing: float = 0.1
-    ddcl_lam: float = DDCL_READOUT.beta
-    ddcl_relative_temperature: float = DDCL_READOUT.relative_temperature
-    ddcl_lloyd_steps: int = DDCL_READOUT.lloyd_steps
-    ddcl_init_sequences: int = DDCL_READOUT.init_sequences
-    sweep_batch_size: int = 64
-    sweep_lr: float = 3e-3
-    sweep_relative_temperature: float = 0.05
-    measure_sequences: int = 256
-    cost_lengths: tuple[int, ...] = (32, 128, 512)
-    cost_batch: int = 8
-    repeats: int = 7
-    warmup: int = 2
-
-    def __post_init__(self) -> None:
-        if not self.tasks or any(t not in TASKS for t in self.tasks):
-            raise ValueError(f"tasks: expected a non-empty tuple drawn from {TASKS}, "
-                             f"got {self.tasks!r}")
-        for name in ("sweep_task", "decide_task"):
-            if getattr(self, name) not in TASKS:
-                raise ValueError(f"{name}: expected one of {TASKS}, got {getattr(self, name)!r}")
-        if self.decide_task not in self.tasks:
-            raise ValueError(f"decide_task: expected one of tasks {self.tasks}, got "
-                             f"{self.decide_task!r}")
-        for name in ("seeds", "sweep_seeds"):
-            v = getattr(self, name)
-            if not v or any(isinstance(x, bool) or not isinstance(x, int) or x < 0 for x in v):
-                raise ValueError(f"{name}: expected a non-empty tuple of ints >= 0, got {v!r}")
-        if not self.tune_lrs or any(not (isinstance(x, (int, float)) and math.isfinite(x)
-                                         and x > 0) for x in self.tune_lrs):
-            raise ValueError(f"tune_lrs: expected a non-empty tuple of floats > 0, got "
-                             f"{self.tune_lrs!r}")
-        if not (isinstance(self.tune_fraction, float) and 0 < self.tune_fraction < 1):
-            raise ValueError(f"tune_fraction: expected a float in (0, 1), got "
-                             f"{self.tune_fraction!r}")
-        for name in ("epochs", "sweep_epochs", "encoder_batch_tokens", "sst2_train",
-                     "sst2_max_length", "ng_train",
-                     "ng_test", "ng_max_length", "debris_train", "debris_test", "debris_length",
-                     "text_dim", "debris_dim", "hidden", "sst2_slots", "ng_slots",
-                     "debris_slots", "batch_size", "sweep_batch_size", "measure_sequences",
-                     "cost_batch", "repeats"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name}: expected an int >= 1, got {v!r}")
-        for name in ("warmup", "ddcl_lloyd_steps", "ddcl_init_sequences"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ValueError(f"{name}: expected an int >= 0, got {v!r}")
-        for name in ("lr", "sweep_lr", "sweep_relative_temperature",
-                     "ddcl_relative_temperature"):
-            v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-                raise ValueError(f"{name}: expected a finite float > 0, got {v!r}")
-        for name in ("ddcl_lam", "weight_decay"):
-            v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
-                raise ValueError(f"{name}: expected a float >= 0, got {v!r}")
-        for name in ("warmup_fraction", "label_smoothing"):
-            v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and 0 <= v < 1):
-                raise ValueError(f"{name}: expected a float in [0, 1), got {v!r}")
-        if not self.cost_lengths or any(isinstance(t, bool) or not isinstance(t, int) or t < 1
-                                        for t in self.cost_lengths):
-            raise ValueError(f"cost_lengths: expected ints >= 1, got {self.cost_lengths!r}")
-
-    @classmethod
-    def from_profile(cls, **overrides) -> StudySettings:
-        """cpu: subsamples, 5 epochs, three seeds, one learning rate, the collapse measures on
-        128 sequences (a regression run); reference: the same data, five seeds (the rule's), 20
-        epochs, four rates, 256 sequences measured; paper: the full corpora (SST-2: a
-        class-balanced 20,000 of the training phrases), longer texts, five seeds, 30 epochs,
-        lengths up to 4096. The mechanism sweep keeps its own recipe (8 epochs, two seeds) in
-        the cpu and reference profiles. ``overrides`` replace single fields."""
-        p = profile.current()
-        base = dict(
-            encoder=p.pick(cpu="minilm", paper="bert-base-uncased"),
-            seeds=p.pick(cpu=(0, 1, 2), reference=(0, 1, 2, 3, 4), paper=(0, 1, 2, 3, 4),
-                         smoke=(0,)),
-            epochs=p.pick(cpu=5, reference=20, paper=30, smoke=1),
-            # cpu: one rate; at its scale neighbouring rates differ by a few validation
-            # messages and the choice flipped between CPUs (the golden must not hinge on it)
-            tune_lrs=p.pick(cpu=(1e-2,), reference=(1e-3, 3e-3, 1e-2, 3e-2),
-                            paper=(1e-3, 3e-3, 1e-2, 3e-2)),
-            sweep_seeds=p.pick(cpu=(0, 1), paper=(0, 1, 2), smoke=(0,)),
-            sweep_epochs=p.pick(cpu=8, paper=30, smoke=1),
-            sst2_train=p.pick(cpu=1000, paper=20000, smoke=64),
-            ng_train=p.pick(cpu=800, paper=11314, smoke=64),
-            ng_test=p.pick(cpu=400, paper=7532, smoke=64),
-            ng_max_length=p.pick(cpu=64, paper=256),
-            debris_train=p.pick(cpu=800, paper=8000, smoke=64),
-            debris_test=p.pick(cpu=600, paper=4000, smoke=64),
-            text_dim=p.pick(cpu=32, paper=64),
-            measure_sequences=p.pick(cpu=128, reference=256, paper=1024),
-            cost_lengths=p.pick(cpu=(32, 128, 512), paper=(64, 256, 1024, 4096),
-                                smoke=(64, 256)),
-            cost_batch=p.pick(cpu=8, paper=32),
-            repeats=p.pick(cpu=7, paper=30, smoke=1),
-            warmup=p.pick(cpu=2, paper=5, smoke=0),
-        )
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(overrides) - names)
-        if unknown:
-            raise ValueError(f"overrides: unknown settings {unknown}")
-        return cls(**(base | overrides))
-
-    def task_shape(self, task: str) -> tuple[int, int]:
-        """(width, number of slots) of the readouts on ``task``."""
-        if task not in TASKS:
-            raise ValueError(f"task: expected one of {TASKS}, got {task!r}")
-        return {"sst2": (self.text_dim, self.sst2_slots), "20ng": (self.text_dim, self.ng_slots),
-                "debris": (self.debris_dim, self.debris_slots)}[task]
-
-    def peer_settings(self, task: str, seed: int, *, sweep: bool = False,
-                      **overrides) -> PeerSettings:
-        """The :class:`PeerSettings` of one training run on ``task`` (text: a linear map of
-        the frozen tokens before the readout; debris: the per-token MLP); ``sweep``: the
-        mechanism sweep's recipe."""
-        dim, slots = self.task_shape(task)
-        base = dict(num_slots=slots, dim=dim, hidden=self.hidden,
-                    encoder="mlp" if task == "debris" else "linear", seed=seed,
-                    ddcl_lam=self.ddcl_lam,
-                    measure_sequences=self.measure_sequences, test_every_epoch=False,
-                    cost_lengths=self.cost_lengths, cost_batch=self.cost_batch,
-                    cost_repeats=self.repeats, cost_warmup=self.warmup)
-        if sweep:
-            base |= dict(epochs=self.sweep_epochs, batch_size=self.sweep_batch_size,
-                         lr=self.sweep_lr, lr_bank=self.sweep_lr,
-                         ddcl_relative_temperature=self.sweep_relative_temperature)
-        else:
-            base |= dict(epochs=self.epochs, batch_size=self.batch_size, lr=self.lr,
-                         lr_bank=self.lr, weight_decay=self.weight_decay, schedule="cosine",
-                         warmup_fraction=self.warmup_fraction,
-                         label_smoothing=self.label_smoothing,
-                         ddcl_relative_temperature=self.ddcl_relative_temperature,
-                         ddcl_lloyd_steps=self.ddcl_lloyd_steps,
-                         ddcl_init_sequences=self.ddcl_init_sequences)
-        if "lr" in overrides and "lr_bank" not in overrides:
-            overrides = overrides | {"lr_bank": overrides["lr"]}
-        return PeerSettings(**(base | overrides))
-
-    def scales(self) -> tuple[int, ...]:
-        """The epochs at which the deciding statistic is read (checkpoints of each run, the
-        last one deciding): a quarter, half, three quarters and all of ``epochs``."""
-        return tuple(sorted({max(1, round(self.epochs * f)) for f in (0.25, 0.5, 0.75, 1.0)}))
 
 
 @dataclass
@@ -403,8 +188,8 @@ def tune(s: StudySettings, task: TaskData, ckpt: RunDir | None = None
     return out
 
 
-def run_study(settings: StudySettings | None = None, *, encoder=None,
-              tasks: dict[str, TaskData] | None = None, timing: bool = True) -> StudyResult:
+def run(settings: StudySettings | None = None, *, encoder=None,
+        tasks: dict[str, TaskData] | None = None, timing: bool = True) -> StudyResult:
     """Train the three readouts on every task over ``settings.seeds``, run the mechanism
     sweep on ``settings.sweep_task``, count FLOPs and (``timing``) time the forward passes.
 
@@ -444,11 +229,3 @@ def run_study(settings: StudySettings | None = None, *, encoder=None,
     ckpt.finish({"tasks": list(s.tasks), "sweep_runs": len(sweep)})
     return StudyResult(s, data, main, sweep, flops, cost, tuning)
 
-
-def run(settings=None, *args, **kwargs):
-    """``run(StudySettings)`` -> :class:`StudyResult` (:func:`run_study`, the smoke test's
-    entry); ``run(data, settings, test)`` with a :class:`TokenSet` first ->
-    :class:`PeerResult` (:func:`compare_readouts`)."""
-    if isinstance(settings, TokenSet):
-        return compare_readouts(settings, *args, **kwargs)
-    return run_study(settings, *args, **kwargs)

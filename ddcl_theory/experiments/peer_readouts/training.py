@@ -12,17 +12,17 @@ from torch import nn
 from ddcl_theory.experiments.peer_readouts.data import TokenSet
 from ddcl_theory.experiments.peer_readouts.model import (
     ReadoutClassifier,
-    _trim,
     bank_parameters,
     build_readout,
     ddcl_critical_temperature,
     ddcl_trace_temperature,
     near_equal_,
+    trim_padding,
 )
 from ddcl_theory.experiments.peer_readouts.records import (
     PeerResult,
     ReadoutHistory,
-    _measure,
+    measure_readout,
 )
 from ddcl_theory.experiments.peer_readouts.settings import READOUTS, PeerSettings
 from ddcl_theory.layers.readouts import lloyd
@@ -55,9 +55,9 @@ def _initial_model(kind: str, data: TokenSet, s: PeerSettings, n_classes: int,
                                                 s.ddcl_lloyd_steps))
     if kind == "ddcl" and s.ddcl_relative_temperature > 0:
         t_c = ddcl_critical_temperature(model, first)          # the trained L_q's 4 lambda_max
-        model.readout.layer.set_temperature(max(s.ddcl_relative_temperature * t_c, 1e-12))
+        model.readout.layer.temperature.set(max(s.ddcl_relative_temperature * t_c, 1e-12))
     elif kind == "ddcl" and s.ddcl_temperature_fraction > 0:
-        model.readout.layer.set_temperature(
+        model.readout.layer.temperature.set(
             ddcl_trace_temperature(model, first, s.ddcl_temperature_fraction))
     if s.bank_init == "near_equal":
         for bank in bank_parameters(model.readout):
@@ -125,7 +125,7 @@ def train_readout(kind: str, data: TokenSet, settings: PeerSettings | None = Non
     steps = s.epochs * -(-data.tokens.shape[0] // s.batch_size)
     schedulers = [torch.optim.lr_scheduler.LambdaLR(o, _schedule(s, steps)) for o in optimizers]
     hist = ReadoutHistory(kind)
-    hist.records.append(_measure(model, data, test, 0, float("nan"), s))
+    hist.records.append(measure_readout(model, data, test, 0, float("nan"), s))
     n = data.tokens.shape[0]
     ce_losses: list[float] = []                     # this epoch's cross-entropies
 
@@ -135,7 +135,7 @@ def train_readout(kind: str, data: TokenSet, settings: PeerSettings | None = Non
         return [order[start:start + s.batch_size] for start in range(0, n, s.batch_size)]
 
     def loss(forward, idx):
-        x, m = _trim(data.tokens[idx], data.mask[idx])
+        x, m = trim_padding(data.tokens[idx], data.mask[idx])
         logits, out = forward(x, m)
         ce = nn.functional.cross_entropy(logits, data.labels[idx],
                                          label_smoothing=s.label_smoothing)
@@ -144,7 +144,7 @@ def train_readout(kind: str, data: TokenSet, settings: PeerSettings | None = Non
 
     def end_of_round(r: int) -> dict:
         stop = not np.isfinite(ce_losses[-1])
-        record = _measure(model, data, test, r + 1, float(np.mean(ce_losses)), s,
+        record = measure_readout(model, data, test, r + 1, float(np.mean(ce_losses)), s,
                           final=stop or r + 1 == s.epochs)
         return {"record": record, "stop": stop}
 

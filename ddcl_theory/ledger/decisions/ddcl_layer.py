@@ -19,7 +19,7 @@ from ddcl_theory.ledger.verdict import Verdict, decided_by
 from ddcl_theory.metrics.convergence import convergence
 
 #: Plateau rule of the D15 runs: the mean held-out cross-entropy (the test images after each
-#: epoch: the run's validation curve, as docs/evidence.md rule 5 asks) of the last two epochs
+#: epoch: the run's validation curve, as the evidence standard asks) of the last two epochs
 #: within 5% of the two before (the house rule's defaults, :mod:`ddcl_theory.metrics.convergence`).
 #: The training curve is read beside it: a block run that overfits keeps lowering its training
 #: loss while its held-out loss and accuracy stay put.
