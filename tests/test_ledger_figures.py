@@ -29,3 +29,31 @@ def test_plot_draws_error_bars_and_the_margin():
     assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "2"]
     assert any(np.allclose(line.get_ydata(), [0.25, 0.25]) for line in ax.get_lines())
     plt.close(fig)
+
+
+def test_forest_rows_put_margin_at_zero_and_sesoi_at_one_on_the_claimed_side():
+    from ddcl_theory.ledger.figures import forest_position, forest_rows
+    assert forest_position(0.05, side=">", margin=0.0, sesoi=0.05) == 1.0
+    assert forest_position(-0.05, side="<", margin=0.0, sesoi=-0.05) == 1.0
+    assert forest_position(0.0, side="<", margin=0.0, sesoi=-0.05) == 0.0
+    test = {"statistic": "gain", "side": ">", "margin": 0.0, "sesoi": 0.02, "estimate": 0.03,
+            "interval": [0.01, 0.05], "word": "reproduced", "n_seeds": 10, "seeds_needed": 8}
+    own = dict(test, sesoi=0.0)
+    ledger = [{"id": "L6", "tests": [test], "exploratory_tests": [own]}, {"id": "D3"}]
+    rows = forest_rows(ledger)
+    assert [(r["label"], r["phase"]) for r in rows] == [("L6 (1)", "confirmatory"),
+                                                       ("L6 (1)", "exploratory")]
+    assert (rows[0]["low"], rows[0]["estimate"], rows[0]["high"]) == pytest.approx((0.5, 1.5, 2.5))
+    assert rows[1]["high"] == pytest.approx(1.0) and not rows[1]["has_sesoi"]
+
+
+def test_plot_forest_draws_one_line_per_row_and_refuses_none():
+    from ddcl_theory.ledger.figures import plot_forest
+    rows = [{"label": "L6 (1)", "phase": "confirmatory", "word": "reproduced", "low": 0.5,
+             "estimate": 1.0, "high": 1.5, "has_sesoi": True}]
+    fig, ax = plt.subplots()
+    plot_forest(ax, rows)
+    assert len(ax.get_yticks()) == 1
+    with pytest.raises(ValueError, match="at least one"):
+        plot_forest(ax, [])
+    plt.close(fig)

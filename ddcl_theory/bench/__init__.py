@@ -41,6 +41,9 @@ Modules: :mod:`~ddcl_theory.bench.settings` (what runs), :mod:`~ddcl_theory.benc
 pass of each method), :mod:`~ddcl_theory.bench.timing`, :mod:`~ddcl_theory.bench.memory`,
 :mod:`~ddcl_theory.bench.harness` (everything, with provenance), :mod:`~ddcl_theory.bench.results`
 (the report and the reader of stored results), :mod:`~ddcl_theory.bench.cli`.
+
+Stacked seeds: ``python -m ddcl_theory.bench.stacked`` times S seeds of a small ViT and char GPT
+trained together (:mod:`ddcl_theory.runtime.stacked`) against one at a time, side by side.
 """
 from ddcl_theory.bench.cases import Case, bare_products, make_case, timed
 from ddcl_theory.bench.cli import main

@@ -1,4 +1,10 @@
-"""The command line: ``python -m ddcl_theory.bench [--quick|--full] [options]``."""
+"""The command line: ``python -m ddcl_theory.bench [--quick|--full] [options]``.
+
+Times one forward + backward pass of DDCL-Attention, its bare matrix products, SDPA attention,
+mean pooling and VectorQuantize side by side, measures peak memory per pass in fresh
+subprocesses, and compares Laplacian heads with standard attention; prints ratios and writes a
+JSON file. ``python -m pydoc ddcl_theory.bench`` says what each measure is.
+"""
 from __future__ import annotations
 
 import argparse
@@ -8,7 +14,6 @@ from pathlib import Path
 
 import torch
 
-import ddcl_theory.bench as _package
 from ddcl_theory.bench.harness import run
 from ddcl_theory.bench.memory import measure_memory_here
 from ddcl_theory.bench.results import report
@@ -18,7 +23,7 @@ __all__ = ["main"]
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m ddcl_theory.bench", description=_package.__doc__,
+    ap = argparse.ArgumentParser(prog="python -m ddcl_theory.bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true", help="CI mode (seconds)")
