@@ -3,7 +3,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["DDCLAttention", "LaplacianAttention", "__version__"]
+__all__ = ["DDCLAttention", "LaplacianAttention", "laplacianize", "__version__"]
 
 
 def __getattr__(name: str):
@@ -14,4 +14,7 @@ def __getattr__(name: str):
     if name == "LaplacianAttention":
         from ddcl_theory.layers.laplacian import LaplacianAttention
         return LaplacianAttention
+    if name == "laplacianize":
+        from ddcl_theory.layers.laplacianize import laplacianize
+        return laplacianize
     raise AttributeError(f"module 'ddcl_theory' has no attribute {name!r}")

@@ -1,0 +1,126 @@
+"""Laplacian heads in a Hugging Face transformers model, in place: :func:`laplacianize`.
+
+``laplacianize(model, laplacian_heads)`` turns the last ``laplacian_heads`` heads of every
+self-attention layer of a transformers ViT, GPT-2 or BERT into Laplacian heads: each such head
+outputs ``V - P V`` instead of ``P V`` (:class:`~ddcl_theory.layers.laplacian.LaplacianAttention`
+computes the same thing on the package's own layout). No weight is added or changed.
+
+How: transformers routes every attention layer through one registered *attention function*
+(``config._attn_implementation``: ``"eager"``, ``"sdpa"``, ...). We register one more,
+``"laplacian"``, which calls the model's previous function and then, for the trailing heads each
+attention module names in its attribute ``laplacian_heads``, subtracts the result from the
+values. So the previous implementation (eager or SDPA, dropout, the KV cache of generation) keeps
+working unchanged; with a cache, each query's own value is the last rows of ``value``. Masks
+(causal, padding) reach it as transformers' additive float masks, which SDPA takes as well (a
+little slower than its built-in causal path).
+
+    >>> from transformers import ViTConfig, ViTModel
+    >>> from ddcl_theory import laplacianize
+    >>> model = ViTModel(ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+    ...                            intermediate_size=64, image_size=32, patch_size=8))
+    >>> model = laplacianize(model, laplacian_heads=2)      # heads 2 and 3 of every layer
+    >>> model.config._attn_implementation
+    'laplacian'
+"""
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+
+import torch
+from torch import Tensor, nn
+
+from ddcl_theory.runtime.validate import check_int_range
+
+__all__ = ["laplacianize", "attention_modules", "IMPLEMENTATION", "SUPPORTED"]
+
+#: The name of the attention function :func:`laplacianize` registers.
+IMPLEMENTATION = "laplacian"
+#: The self-attention classes of the supported models and their attribute holding the number of
+#: heads (cross-attention modules are left alone).
+SUPPORTED = {"ViTAttention": "num_attention_heads", "ViTSelfAttention": "num_attention_heads",
+             "GPT2Attention": "num_heads", "BertSelfAttention": "num_attention_heads"}
+
+
+def attention_modules(model: nn.Module) -> Iterator[tuple[str, nn.Module, int]]:
+    """``(name, module, number of heads)`` of every self-attention module of ``model`` that
+    :func:`laplacianize` changes (those of :data:`SUPPORTED`, cross-attention excepted)."""
+    for name, module in model.named_modules():
+        attr = SUPPORTED.get(type(module).__name__)
+        if attr is None or getattr(module, "is_cross_attention", False):
+            continue
+        yield name, module, int(getattr(module, attr))
+
+
+def _eager_of(module: nn.Module):
+    """The eager attention function of the module's own model family."""
+    return getattr(sys.modules[type(module).__module__], "eager_attention_forward")
+
+
+def laplacian_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
+                        attention_mask: Tensor | None, *args, **kwargs):
+    """The registered attention function: the module's previous function, then ``V - P V`` on
+    its trailing ``module.laplacian_heads`` heads. ``query`` (B, H, T, d), ``value`` (B, H_kv,
+    S, d) with S >= T (a KV cache holds earlier positions first); the output is
+    (B, T, H, d), as transformers' attention functions return it."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+    base = getattr(module, "laplacian_base", "eager")
+    function = ALL_ATTENTION_FUNCTIONS.get_interface(base, _eager_of(module))
+    out, weights = function(module, query, key, value, attention_mask, *args, **kwargs)
+    n = getattr(module, "laplacian_heads", 0)
+    if n:
+        heads, t = query.shape[1], query.shape[2]
+        v = value
+        if v.shape[1] != heads:                                    # grouped key/value heads
+            v = v.repeat_interleave(heads // v.shape[1], dim=1)
+        own = v[:, heads - n:, v.shape[2] - t:, :].transpose(1, 2).to(out.dtype)  # (B, T, n, d)
+        out = torch.cat([out[:, :, :heads - n], own - out[:, :, heads - n:]], dim=2)
+    return out, weights
+
+
+def _register() -> None:
+    """Register the attention function and, for its masks, transformers' additive float masks
+    (``eager_mask``: 0 where a query may attend, the dtype's minimum elsewhere), which both an
+    eager and an SDPA base take; an implementation without a mask function gets no mask at all,
+    causal or padding."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+    if IMPLEMENTATION not in ALL_ATTENTION_FUNCTIONS:
+        AttentionInterface.register(IMPLEMENTATION, laplacian_attention)
+    if IMPLEMENTATION not in AttentionMaskInterface._global_mapping:
+        AttentionMaskInterface.register(IMPLEMENTATION, eager_mask)
+
+
+def laplacianize(model: nn.Module, laplacian_heads: int) -> nn.Module:
+    """Make the last ``laplacian_heads`` heads of every self-attention layer of a transformers
+    ViT, GPT-2 or BERT model Laplacian heads (``V - P V``), in place; return the model.
+
+    Args:
+        model: a ``transformers.PreTrainedModel`` (ViT, GPT-2 or BERT family, any head).
+        laplacian_heads: an int in ``[0, heads]``; 0 restores ordinary attention everywhere.
+
+    Raises ``ValueError`` when the model has no supported attention module, or when
+    ``laplacian_heads`` is out of range for one of its layers. Call it again to change the
+    number; the model's previous attention function (eager or SDPA) is kept underneath.
+    """
+    config = getattr(model, "config", None)
+    if config is None or not hasattr(config, "_attn_implementation"):
+        raise ValueError(f"model: expected a transformers PreTrainedModel, got "
+                         f"{type(model).__name__}")
+    found = list(attention_modules(model))
+    if not found:
+        raise ValueError(f"model: no self-attention layer of {sorted(SUPPORTED)} in "
+                         f"{type(model).__name__}; supported: ViT, GPT-2 and BERT models")
+    for name, _, heads in found:
+        check_int_range(laplacian_heads, f"laplacian_heads (layer {name!r} has {heads} heads)",
+                        0, heads)
+    _register()
+    current = config._attn_implementation
+    base = current if current != IMPLEMENTATION else getattr(found[0][1], "laplacian_base",
+                                                             "eager")
+    for _, module, _ in found:
+        module.laplacian_base = base
+        module.laplacian_heads = int(laplacian_heads)
+    model.set_attn_implementation(IMPLEMENTATION)
+    return model

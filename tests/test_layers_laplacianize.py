@@ -1,0 +1,127 @@
+"""laplacianize: Laplacian heads in transformers' ViT, GPT-2 and BERT equal the package's layer."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers", reason="laplacianize needs transformers "
+                                   "(the peers extra); the book's environment pins it")
+
+from ddcl_theory import laplacianize  # noqa: E402
+from ddcl_theory.layers.laplacian import LaplacianAttention  # noqa: E402
+from ddcl_theory.layers.laplacianize import IMPLEMENTATION, attention_modules  # noqa: E402
+
+D, H = 16, 4
+#: transformers' eager attention takes its softmax in float32 even for float64 inputs
+ATOL = {"eager": 1e-6, "sdpa": 1e-12}
+
+
+def _vit(impl: str = "eager"):
+    cfg = transformers.ViTConfig(hidden_size=D, num_hidden_layers=2, num_attention_heads=H,
+                                 intermediate_size=32, image_size=16, patch_size=4,
+                                 attn_implementation=impl)
+    return transformers.ViTModel(cfg).eval().double()
+
+
+def _gpt2(impl: str = "eager"):
+    cfg = transformers.GPT2Config(n_embd=D, n_layer=2, n_head=H, vocab_size=50, n_positions=32, bos_token_id=0, eos_token_id=0,
+                                  attn_implementation=impl)
+    return transformers.GPT2LMHeadModel(cfg).eval().double()
+
+
+def _bert(impl: str = "eager"):
+    cfg = transformers.BertConfig(hidden_size=D, num_hidden_layers=2, num_attention_heads=H,
+                                  intermediate_size=32, vocab_size=50, max_position_embeddings=32,
+                                  attn_implementation=impl)
+    return transformers.BertModel(cfg).eval().double()
+
+
+def _ours(q, k, v, o_weight, o_bias, n, causal=False) -> LaplacianAttention:
+    """The package's layer with the given projections (q, k, v: (weight, bias))."""
+    layer = LaplacianAttention(D, heads=H, laplacian_heads=n, causal=causal).double().eval()
+    with torch.no_grad():
+        layer.in_proj.weight.copy_(torch.cat([q[0], k[0], v[0]]))
+        layer.in_proj.bias.copy_(torch.cat([q[1], k[1], v[1]]))
+        layer.out_proj.weight.copy_(o_weight)
+        layer.out_proj.bias.copy_(o_bias)
+    return layer
+
+
+@pytest.mark.parametrize("impl", ["eager", "sdpa"])
+@pytest.mark.parametrize("n", [0, 1, H])
+def test_vit_attention_equals_the_package_layer(impl, n):
+    model = laplacianize(_vit(impl), n)
+    att = model.layers[0].attention
+    x = torch.randn(2, 7, D, dtype=torch.float64)
+    ours = _ours((att.q_proj.weight, att.q_proj.bias), (att.k_proj.weight, att.k_proj.bias),
+                 (att.v_proj.weight, att.v_proj.bias), att.o_proj.weight, att.o_proj.bias, n)
+    theirs = att(x)[0]
+    assert torch.allclose(theirs, ours(x), atol=ATOL[impl])
+
+
+@pytest.mark.parametrize("impl", ["eager", "sdpa"])
+def test_gpt2_causal_attention_equals_the_package_layer(impl):
+    model = laplacianize(_gpt2(impl), 2)
+    ids = torch.randint(0, 50, (2, 9))
+    hidden = {}
+    block = model.transformer.h[1]
+    block.attn.register_forward_hook(lambda m, a, kw, out: hidden.update(x=a[0], y=out[0]),
+                                     with_kwargs=True)
+    model(ids)                                  # the model builds the causal mask itself
+    att = block.attn
+    w, b = att.c_attn.weight.T, att.c_attn.bias                 # Conv1D: (in, out)
+    ours = _ours((w[:D], b[:D]), (w[D:2 * D], b[D:2 * D]), (w[2 * D:], b[2 * D:]),
+                 att.c_proj.weight.T, att.c_proj.bias, 2, causal=True)
+    assert torch.allclose(hidden["y"], ours(hidden["x"]), atol=ATOL[impl])
+
+
+@pytest.mark.parametrize("impl", ["eager", "sdpa"])
+def test_bert_self_attention_equals_the_package_layer_with_padding(impl):
+    model = laplacianize(_bert(impl), 3)
+    ids = torch.randint(0, 50, (2, 6))
+    mask = torch.tensor([[1] * 6, [1] * 4 + [0] * 2])
+    seen = {}
+    sa = model.layers[0].attention.self if hasattr(model, "layers") \
+        else model.encoder.layer[0].attention.self
+    sa.register_forward_hook(lambda m, a, kw, out: seen.update(x=a[0], y=out[0]),
+                             with_kwargs=True)
+    model(input_ids=ids, attention_mask=mask)   # the model builds the padding mask itself
+    eye = torch.eye(D, dtype=torch.float64)
+    ours = _ours((sa.query.weight, sa.query.bias), (sa.key.weight, sa.key.bias),
+                 (sa.value.weight, sa.value.bias), eye, torch.zeros(D, dtype=torch.float64), 3)
+    valid = mask.bool()
+    assert torch.allclose(seen["y"][valid], ours(seen["x"], mask=valid)[valid], atol=ATOL[impl])
+
+
+def test_the_whole_model_changes_and_zero_heads_restore_it():
+    model = _gpt2()
+    ids = torch.randint(0, 50, (2, 8))
+    plain = model(ids).logits
+    laplacianize(model, 2)
+    assert model.config._attn_implementation == IMPLEMENTATION
+    assert all(m.laplacian_heads == 2 for _, m, _ in attention_modules(model))
+    assert not torch.allclose(model(ids).logits, plain)
+    laplacianize(model, 0)
+    assert torch.allclose(model(ids).logits, plain, atol=ATOL["eager"])
+    assert all(m.laplacian_base == "eager" for _, m, _ in attention_modules(model))
+
+
+def test_generation_with_a_kv_cache_matches_the_full_forward():
+    model = laplacianize(_gpt2(), 3)
+    ids = torch.randint(0, 50, (1, 6))
+    full = model(ids).logits[:, -1]
+    cache = model(ids[:, :-1], use_cache=True).cache
+    step = model(ids[:, -1:], cache=cache, use_cache=True).logits[:, -1]
+    assert torch.allclose(full, step, atol=1e-10)
+
+
+def test_bad_arguments_name_what_was_expected():
+    with pytest.raises(ValueError, match=r"laplacian_heads \(layer .* has 4 heads\): expected "
+                                         r"an int in \[0, 4\], got 5"):
+        laplacianize(_vit(), 5)
+    with pytest.raises(ValueError, match="model: expected a transformers PreTrainedModel"):
+        laplacianize(torch.nn.Linear(2, 2), 1)
+    cfg = transformers.RobertaConfig(hidden_size=D, num_hidden_layers=1, num_attention_heads=H,
+                                     intermediate_size=32, vocab_size=50)
+    with pytest.raises(ValueError, match="model: no self-attention layer"):
+        laplacianize(transformers.RobertaModel(cfg), 1)
