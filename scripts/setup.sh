@@ -9,7 +9,9 @@ if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv with $($PY --version)"
   "$PY" -m venv .venv
 fi
-stamp=".venv/.installed-$(cat requirements.txt constraints.txt pyproject.toml | sha256sum | cut -c1-16)"
+# TORCH=cpu|cuda|auto (default auto: cuda where nvidia-smi lists a GPU): the torch build.
+TORCH_VARIANT=$(.venv/bin/python scripts/torch_variant.py)
+stamp=".venv/.installed-$( (cat requirements.txt constraints.txt pyproject.toml; echo "$TORCH_VARIANT") | sha256sum | cut -c1-16)"
 
 # The same pins installed by uv (from PyPI, kept in .cache/uv) in seconds where pip takes
 # minutes. uv reads neither pip's configuration nor PIP_* variables, so pip's effective
@@ -51,6 +53,13 @@ if [ ! -f "$stamp" ]; then
     echo "setup: installing with pip"
     .venv/bin/pip install -q -r requirements.txt -c constraints.txt
     .venv/bin/pip install -q --no-deps -e .
+  fi
+  if [ "$TORCH_VARIANT" = cuda ]; then
+    echo "setup: installing the CUDA build of the pinned torch (TORCH=cuda or a GPU was found)"
+    mapfile -t cuda_args < <(.venv/bin/python scripts/torch_variant.py --pip)
+    .venv/bin/pip "${cuda_args[@]}"
+    .venv/bin/python -c "import torch, sys; sys.exit(0 if torch.version.cuda else 'setup: \
+the installed torch is not a CUDA build')"
   fi
   rm -f .venv/.installed-*
   touch "$stamp"

@@ -89,3 +89,29 @@ def test_a_reference_run_refuses_uncommitted_code(monkeypatch):
         goldens.main(["write", "orbital_debris"])
     monkeypatch.setattr(provenance, "git_commit", lambda: ("a" * 40, False))
     goldens.require_clean_tree()                  # committed code (results aside) passes
+
+
+def test_the_cell_timeout_is_off_under_paper_and_configurable(monkeypatch):
+    from ddcl_theory.runtime import profile
+    monkeypatch.delenv(goldens.CELL_TIMEOUT_ENV, raising=False)
+    monkeypatch.setenv(profile.PROFILE_ENV, "cpu")
+    assert goldens.cell_timeout() == goldens.CELL_TIMEOUT_S
+    monkeypatch.setenv(profile.PROFILE_ENV, "paper")
+    assert goldens.cell_timeout() is None
+    monkeypatch.setenv(goldens.CELL_TIMEOUT_ENV, "600")
+    assert goldens.cell_timeout() == 600
+    monkeypatch.setenv(goldens.CELL_TIMEOUT_ENV, "none")
+    assert goldens.cell_timeout() is None
+    monkeypatch.setenv(goldens.CELL_TIMEOUT_ENV, "ten")
+    with pytest.raises(ValueError, match="DDCL_CELL_TIMEOUT: expected seconds"):
+        goldens.cell_timeout()
+
+
+def test_make_paper_without_cuda_stops_with_the_message(monkeypatch):
+    from ddcl_theory.runtime import profile
+    monkeypatch.setenv(profile.PROFILE_ENV, "paper")
+    monkeypatch.delenv(profile.SMOKE_ENV, raising=False)
+    monkeypatch.delenv(profile.ALLOW_CPU_ENV, raising=False)
+    monkeypatch.setattr(profile.torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit, match="needs a CUDA GPU"):
+        goldens.main(["write", "decomposition"])

@@ -128,3 +128,21 @@ def test_the_suite_refuses_the_reference_profile():
             del os.environ[profile.PROFILE_ENV]
         else:
             os.environ[profile.PROFILE_ENV] = old
+
+
+def test_the_paper_profile_needs_cuda_unless_the_cpu_is_asked_for(monkeypatch):
+    monkeypatch.setenv(profile.PROFILE_ENV, "paper")
+    monkeypatch.delenv(profile.SMOKE_ENV, raising=False)
+    monkeypatch.delenv(profile.ALLOW_CPU_ENV, raising=False)
+    monkeypatch.setattr(profile.torch.cuda, "is_available", lambda: False)
+    with pytest.raises(RuntimeError, match="needs a CUDA GPU.*DDCL_ALLOW_CPU=1"):
+        profile.configure_torch()
+    assert profile.current().name == "paper"          # reading paper settings still works
+    monkeypatch.setenv(profile.ALLOW_CPU_ENV, "1")
+    assert profile.check_device().device == "cpu"
+    monkeypatch.delenv(profile.ALLOW_CPU_ENV)
+    monkeypatch.setenv(profile.SMOKE_ENV, "1")          # the smoke test runs on the CPU
+    assert profile.check_device().smoke
+    monkeypatch.setenv(profile.PROFILE_ENV, "reference")
+    monkeypatch.delenv(profile.SMOKE_ENV)
+    assert profile.check_device().name == "reference"

@@ -45,7 +45,26 @@ from ddcl_theory.runtime.provenance import provenance, same_provenance
 from ddcl_theory.runtime.rundir import RESUME_ENV
 from ddcl_theory.runtime.paths import chapter_order, repo_root, results_dir
 
+#: Seconds one notebook cell may take under the cpu and reference profiles; the paper profile's
+#: training cells take hours, so it has none. ``DDCL_CELL_TIMEOUT`` (seconds, or ``none``)
+#: overrides either.
 CELL_TIMEOUT_S = 1800
+CELL_TIMEOUT_ENV = "DDCL_CELL_TIMEOUT"
+
+
+def cell_timeout() -> int | None:
+    """The cell timeout of the active profile (None: no limit); ``ValueError`` on a bad
+    ``DDCL_CELL_TIMEOUT``."""
+    value = os.environ.get(CELL_TIMEOUT_ENV, "").strip().lower()
+    if value in ("none", "off", "0"):
+        return None
+    if value:
+        if not value.isdigit():
+            raise ValueError(f"{CELL_TIMEOUT_ENV}: expected seconds (an int > 0) or 'none', "
+                             f"got {value!r}")
+        return int(value)
+    return None if profile.current().is_paper else CELL_TIMEOUT_S
+
 #: Provenance fields that must match for a chapter already executed into ``--out`` to be skipped.
 CHAPTER_FIELDS = ("profile", "smoke", "device", "device_name", "autocast", "compile", "python",
                   "torch", "cuda", "numpy", "code_sha256", "source_sha256", "inputs_sha256")
@@ -95,7 +114,7 @@ def write(source: Path, out_dir: Path | None = None) -> float:
     return seconds taken."""
     nb = jupytext.read(source)
     start = time.perf_counter()
-    NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
+    NotebookClient(nb, timeout=cell_timeout(), kernel_name="python3",
                    resources={"metadata": {"path": str(source.parent)}}).execute()
     elapsed = time.perf_counter() - start
     target = golden_path(source) if out_dir is None else out_dir / golden_path(source).name
@@ -274,6 +293,10 @@ def main(argv: list[str] | None = None) -> int:
         resumable = out is not None and profile.current().keeps_runs
         if profile.current().is_reference:
             require_clean_tree()
+        try:
+            profile.check_device()
+        except RuntimeError as err:
+            raise SystemExit(str(err)) from None
         if args.force:
             os.environ[RESUME_ENV] = "0"       # the kernels inherit it
         for source in sources(args.names):

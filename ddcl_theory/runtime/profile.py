@@ -10,6 +10,10 @@ the environment variable ``DDCL_PROFILE``:
   ``results/reference/`` so that its committed verdicts sit beside the cpu ones. An experiment
   that gives no ``reference`` value to :meth:`Profile.pick` runs its cpu value.
 
+Running the paper profile (a chapter's :func:`configure_torch`, ``make paper``) needs a CUDA
+device: without one it stops with a message, unless ``DDCL_ALLOW_CPU=1`` asks for the CPU
+explicitly (:func:`check_device`). Reading paper settings needs no device.
+
 ``DDCL_SMOKE=1`` beside ``DDCL_PROFILE=paper`` is the paper profile's smoke test: paper-scale
 shapes and data, but the budgets (epochs, steps, seeds) that an experiment declares with
 ``pick(..., smoke=...)`` shrink to a handful, so a shape error or a missing data set shows on a
@@ -27,6 +31,7 @@ import torch
 
 PROFILE_ENV = "DDCL_PROFILE"
 SMOKE_ENV = "DDCL_SMOKE"
+ALLOW_CPU_ENV = "DDCL_ALLOW_CPU"
 PROFILES = ("cpu", "paper", "reference")
 DEFAULT_PROFILE = "cpu"
 
@@ -126,16 +131,36 @@ def seed_everything(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
+def check_device(prof: Profile | None = None) -> Profile:
+    """The profile (default the active one), after checking that it can run where it is: the
+    paper profile (not its smoke test) needs CUDA unless ``DDCL_ALLOW_CPU=1``; ``RuntimeError``
+    saying how to proceed otherwise."""
+    prof = prof or current()
+    if prof.is_paper and not prof.smoke and prof.device != "cuda" \
+            and not env_flag(ALLOW_CPU_ENV, False):
+        raise RuntimeError(
+            f"{PROFILE_ENV}=paper runs the papers' scale, which needs a CUDA GPU, and torch sees "
+            "none (a CPU build of torch, or no device). Install a CUDA build (make setup "
+            f"TORCH=cuda), or set {ALLOW_CPU_ENV}=1 to run it on the CPU anyway (days), or use "
+            f"{PROFILE_ENV}=reference for the CPU-sized confirmatory run.")
+    return prof
+
+
 def configure_torch() -> Profile:
-    """Set torch up for the active profile and return it.
+    """Set torch up for the active profile and return it (after :func:`check_device`).
 
     Under ``cpu`` torch uses one thread: the chapters' tensors are small, so threads cost more
     than they give on a shared two-core host, and a fixed reduction order keeps the printed
     digits of the goldens identical on every machine. ``paper`` leaves torch's defaults alone.
     """
-    prof = current()
+    prof = check_device()
     if not prof.is_paper:
         torch.set_num_threads(1)
+    elif prof.device == "cuda":
+        # TF32 for matrix products outside the DDCL layer's float32 island (its distances,
+        # softmax and losses run in float32 whatever autocast or TF32 say)
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
     return prof
 
 
