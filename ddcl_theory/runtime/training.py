@@ -3,6 +3,7 @@
 :func:`fit` runs ``epochs`` rounds of optimiser steps over the batches a caller draws, with
 
 * a progress bar (:mod:`ddcl_theory.runtime.progress`: on in the paper profile);
+* no host synchronisation per step: the step losses are read once per round;
 * bf16 autocast on CUDA in the paper profile (:func:`autocast`; a no-op on CPU) and the
   optional ``torch.compile`` of the forward (:func:`maybe_compile`, ``DDCL_COMPILE=1``);
 * checkpoints in the experiment's run directory (:class:`RunDir`): modules, optimisers,
@@ -108,7 +109,9 @@ def fit(model: torch.nn.Module, optimizers: torch.optim.Optimizer | Sequence[tor
     if train_mode:
         model.train()
     for r in progress(range(log.resumed_at, rounds), desc=desc, total=rounds - log.resumed_at):
-        round_losses: list[float] = []
+        # the step losses stay on the device until the round ends: one host read per round,
+        # not one per step (a GPU would otherwise wait for every step before queueing the next)
+        round_losses: list[torch.Tensor] = []
         for batch in batches(r):
             with autocast(device):                  # bf16 on CUDA (paper), no-op on CPU
                 value = loss(forward, batch)
@@ -123,8 +126,8 @@ def fit(model: torch.nn.Module, optimizers: torch.optim.Optimizer | Sequence[tor
                 sched.step()
             if after_step is not None:
                 after_step()
-            round_losses.append(value.item())
-        log.losses.append(round_losses)
+            round_losses.append(value.detach())
+        log.losses.append(torch.stack(round_losses).tolist() if round_losses else [])
         log.metrics.append((end_of_round(r) if end_of_round is not None else None) or {})
         if stop_if is not None and stop_if(log.metrics[-1]):
             break
