@@ -380,6 +380,7 @@ def test_paper_chapters_resume_at_chapter_granularity(tmp_path, monkeypatch):
 
     from ddcl_theory.ledger import goldens
     monkeypatch.setenv(profile.PROFILE_ENV, "paper")
+    monkeypatch.setenv(profile.ALLOW_CPU_ENV, "1")      # this host has no GPU
     monkeypatch.setenv("DDCL_RESULTS_DIR", str(tmp_path / "results"))
     monkeypatch.delenv(RESUME_ENV, raising=False)
     executed = []
