@@ -84,8 +84,8 @@ def test_bad_arguments_are_named():
 
 
 def test_missing_cifar_is_a_clear_error(monkeypatch):
-    from ddcl_theory import data
-    monkeypatch.setattr(data, "find", lambda key: None)
+    from ddcl_theory.data import files
+    monkeypatch.setattr(files, "find", lambda key: None)
     with pytest.raises(FileNotFoundError, match="make data"):
         dp.make_dense_proxy(2, seed=0)
 

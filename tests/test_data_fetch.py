@@ -28,7 +28,8 @@ import numpy as np
 import pytest
 
 from ddcl_theory import data
-from ddcl_theory.data import cli, derive, digest, fetch, sources
+from ddcl_theory.data import cache, cli, derive, digest, fetch, files, sources
+from ddcl_theory.runtime import paths
 
 LABEL_NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 
@@ -37,9 +38,9 @@ LABEL_NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "
 # tiny archives in the canonical formats, and what each data file must hold
 
 
-def _tar_gz(members: dict[str, bytes]) -> bytes:
+def _tar_gz(members: dict[str, bytes], mode: str = "w:gz") -> bytes:
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+    with tarfile.open(fileobj=buf, mode=mode) as tar:
         for name, payload in members.items():
             info = tarfile.TarInfo(name)
             info.size = len(payload)
@@ -61,6 +62,7 @@ class Tiny:
 
     archives: dict[str, bytes]
     cifar: dict[str, np.ndarray]
+    cifar_rest: dict[str, np.ndarray]  # the train images outside cifar_train_index
     cifar_train_index: list[int]
     text: str
     sst2_train_rows: list[tuple[str, int]]  # sorted by (sentence, label)
@@ -70,8 +72,10 @@ class Tiny:
     news: list[dict]
 
 
-def _tiny_cifar(rng: np.random.Generator) -> tuple[bytes, dict[str, np.ndarray], list[int]]:
-    per_batch, n_test, train_index = 2, 2, [1, 4, 5, 9]
+def _tiny_cifar(rng: np.random.Generator
+                ) -> tuple[bytes, dict[str, np.ndarray], dict[str, np.ndarray], list[int]]:
+    """The archive, the subset's arrays, the rest's arrays, the subset's train positions."""
+    per_batch, n_test, train_index, rest_index = 2, 2, [1, 4, 5, 9], [0, 2, 3, 6, 7, 8]
     images = rng.integers(0, 256, size=(5 * per_batch + 3, 32, 32, 3), dtype=np.uint8)  # HWC
     labels = [int(v) for v in rng.integers(0, 10, size=len(images))]
     rows = images.transpose(0, 3, 1, 2).reshape(len(images), 3072)  # CHW rows, as in the batches
@@ -93,7 +97,11 @@ def _tiny_cifar(rng: np.random.Generator) -> tuple[bytes, dict[str, np.ndarray],
         "x_test": images[10:10 + n_test], "y_test": np.array(labels[10:10 + n_test], dtype=np.int64),
         "test_index": np.arange(n_test, dtype=np.int64), "label_names": np.array(LABEL_NAMES),
     }
-    return _tar_gz(members), expected, train_index
+    rest = {
+        "x_train": images[rest_index], "y_train": np.array(labels, dtype=np.int64)[rest_index],
+        "train_index": np.array(rest_index, dtype=np.int64), "label_names": np.array(LABEL_NAMES),
+    }
+    return _tar_gz(members), expected, rest, train_index
 
 
 def _tiny_imdb() -> tuple[bytes, list[list[str]], frozenset[str]]:
@@ -142,7 +150,7 @@ def _tiny_news() -> tuple[bytes, list[dict]]:
 @pytest.fixture(scope="module")
 def tiny() -> Tiny:
     rng = np.random.default_rng(0)
-    cifar_archive, cifar, train_index = _tiny_cifar(rng)
+    cifar_archive, cifar, cifar_rest, train_index = _tiny_cifar(rng)
     text = "FIRST VOICE:\nA small stand-in for the corpus.\n\nSECOND VOICE:\nIt will do.\n"
     train_lines = ["sentence\tlabel", "warm and witty \t1", "a dull , lifeless film \t0",
                    "caf\u00e9 charm \t1", "a dull , lifeless film \t1", "ambitious \t1"]
@@ -155,7 +163,7 @@ def tiny() -> Tiny:
     news_archive, news = _tiny_news()
     return Tiny({"cifar10": cifar_archive, "tinyshakespeare": text.encode(), "sst2": sst2_archive,
                  "imdb": imdb_archive, "20newsgroups": news_archive},
-                cifar, train_index, text, sst2_rows, dev, imdb_rows, imdb_ids, news)
+                cifar, cifar_rest, train_index, text, sst2_rows, dev, imdb_rows, imdb_ids, news)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -231,14 +239,17 @@ def _closed_port() -> int:
 @pytest.fixture
 def registry(monkeypatch, tmp_path, tiny):
     """Isolated data directories (only the cache, under tmp_path) and a registry for the tiny archives."""
-    monkeypatch.setattr(data, "repo_root", lambda: None)
+    monkeypatch.setattr(paths, "repo_root", lambda: None)
     monkeypatch.delenv(data.DATA_ENV, raising=False)
-    monkeypatch.setenv(fetch.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
     monkeypatch.setenv(fetch.TIMEOUT_ENV, "5")
     monkeypatch.setenv("DDCL_PROGRESS", "0")
     monkeypatch.setenv(sources.MIRROR_ENV, f"http://127.0.0.1:{_closed_port()}/")
     builders = {
-        "cifar10": {"cifar10": partial(derive.build_cifar10, train_index=tiny.cifar_train_index, n_test=2)},
+        "cifar10": {"cifar10": partial(derive.build_cifar10, train_index=tiny.cifar_train_index,
+                                       n_test=2),
+                    "cifar10_rest": partial(derive.build_cifar10_rest,
+                                            subset_index=tiny.cifar_train_index)},
         "imdb": {"imdb": partial(derive.build_imdb, ids=tiny.imdb_ids)},
     }
     table = {}
@@ -249,6 +260,7 @@ def registry(monkeypatch, tmp_path, tiny):
     monkeypatch.setattr(sources, "SOURCES", table)
     contents = {
         "cifar10": digest.arrays_digest(tiny.cifar),
+        "cifar10_rest": digest.arrays_digest(tiny.cifar_rest),
         "tinyshakespeare": hashlib.sha256(tiny.archives["tinyshakespeare"]).hexdigest(),
         "sst2_train": digest.sorted_lines_digest(
             "sentence\tlabel", [line for line in zipfile.ZipFile(io.BytesIO(tiny.archives["sst2"]))
@@ -257,10 +269,13 @@ def registry(monkeypatch, tmp_path, tiny):
         "imdb": digest.rows_digest(tiny.imdb_rows),
         "20newsgroups": digest.records_digest(tiny.news),
     }
+    sizes = {"tinyshakespeare": len(tiny.archives["tinyshakespeare"]),
+             "sst2_dev": len(tiny.sst2_dev)}
     for key, spec in list(data.FILES.items()):
         byte_identical = spec.scheme == "bytes"
         monkeypatch.setitem(data.FILES, key, replace(
-            spec, sha256=contents[key] if byte_identical else "0" * 64, content=contents[key]))
+            spec, sha256=contents[key] if byte_identical else "0" * 64, content=contents[key],
+            size=sizes.get(key)))
     return tmp_path / "cache"
 
 
@@ -291,22 +306,22 @@ def test_mirror_replaces_scheme_and_host_and_keeps_the_path(monkeypatch):
 
 
 def test_cache_dir_follows_env_then_xdg_then_home(monkeypatch, tmp_path):
-    monkeypatch.setenv(fetch.CACHE_ENV, str(tmp_path / "c"))
-    assert fetch.cache_dir() == tmp_path / "c"
-    monkeypatch.delenv(fetch.CACHE_ENV)
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "c"))
+    assert cache.cache_dir() == tmp_path / "c"
+    monkeypatch.delenv(cache.CACHE_ENV)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert fetch.cache_dir() == tmp_path / "xdg" / "ddcl-theory"
+    assert cache.cache_dir() == tmp_path / "xdg" / "ddcl-theory"
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert fetch.cache_dir() == tmp_path / "home" / ".cache" / "ddcl-theory"
+    assert cache.cache_dir() == tmp_path / "home" / ".cache" / "ddcl-theory"
 
 
 def test_cache_is_searched_last(monkeypatch, tmp_path):
     monkeypatch.setenv(data.DATA_ENV, str(tmp_path / "env"))
-    monkeypatch.setenv(fetch.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
     labels = [label for label, _ in data.search_dirs()]
     assert labels[0] == f"${data.DATA_ENV}" and labels[-1] == "cache"
-    if data.repo_root() is not None:
+    if paths.repo_root() is not None:
         assert labels[1:3] == ["<repo>/data", "../shared/data"]
 
 
@@ -319,6 +334,12 @@ def test_derivations_reproduce_the_canonical_content(tiny, tmp_path):
     assert list(arrays) == list(tiny.cifar)
     for name, arr in tiny.cifar.items():
         assert arrays[name].dtype == arr.dtype and np.array_equal(arrays[name], arr), name
+    rest = derive.cifar10_rest_arrays(paths["cifar10"], tiny.cifar_train_index)
+    assert list(rest) == list(tiny.cifar_rest)
+    for name, arr in tiny.cifar_rest.items():
+        assert rest[name].dtype == arr.dtype and np.array_equal(rest[name], arr), name
+    both = np.concatenate([arrays["train_index"], rest["train_index"]])
+    assert sorted(both.tolist()) == list(range(10))  # disjoint, and together every train image
     assert derive.sst2_dev_bytes(paths["sst2"]) == tiny.sst2_dev
     header, lines = derive.sst2_train_lines(paths["sst2"])
     assert header == "sentence\tlabel" and lines == sorted(lines) and len(lines) == 5
@@ -328,6 +349,8 @@ def test_derivations_reproduce_the_canonical_content(tiny, tmp_path):
     assert derive.newsgroups_records(paths["20newsgroups"]) == tiny.news
     with pytest.raises(ValueError, match="train_index"):
         derive.cifar10_arrays(paths["cifar10"], [0, 10], n_test=2)
+    with pytest.raises(ValueError, match="subset_index"):
+        derive.cifar10_rest_arrays(paths["cifar10"], [0, 10])
 
 
 def test_cifar_batches_refuse_pickled_code(tmp_path):
@@ -347,16 +370,23 @@ def test_cifar_batches_refuse_pickled_code(tmp_path):
 def test_ensure_fetches_every_set_and_the_loaders_read_it(monkeypatch, registry, server, tiny, capsys):
     _serve(monkeypatch, server)
     assert cli.main(["ensure"]) == 0
-    assert "all 6 data set(s) present" in capsys.readouterr().out
+    assert f"all {len(data.FILES)} data set(s) present" in capsys.readouterr().out
     for key, spec in data.FILES.items():
         path = data.find(key)
         assert path == registry / spec.name
     assert _leftovers(registry) == []  # downloads removed, no .part, no temporary files
+    requested = [p for p, _ in server.RequestHandlerClass.log]
+    assert requested.count("/~kriz/cifar-10-python.tar.gz") == 1  # one download, two files
 
     images = data.load_cifar10()
     assert images.source == "cifar10" and images.label_names == tuple(LABEL_NAMES)
     assert np.array_equal(images.x_train, tiny.cifar["x_train"].astype(np.float32) / 255.0)
     assert np.array_equal(images.y_test, tiny.cifar["y_test"])
+    rest = data.load_cifar10_rest()
+    assert rest.label_names == tuple(LABEL_NAMES) and rest.x.dtype == np.uint8
+    assert np.array_equal(rest.x, tiny.cifar_rest["x_train"])
+    assert np.array_equal(rest.y, tiny.cifar_rest["y_train"])
+    assert np.array_equal(rest.train_index, tiny.cifar_rest["train_index"])
     assert data.load_text() == (tiny.text, "tinyshakespeare")
     sentences, labels = data.load_sst2("train")
     assert list(zip(sentences, labels.tolist())) == tiny.sst2_train_rows
@@ -391,6 +421,48 @@ def test_corrupt_archive_fails_its_checksum_and_leaves_nothing_usable(monkeypatc
     message = str(err.value)
     assert "cifar-10-python.tar.gz" in message and path in message and "DDCL_DATA_DIR" in message
     assert data.find("cifar10") is None and _leftovers(registry) == []
+
+
+def test_one_cifar_download_resumed_after_a_break_gives_the_subset_and_the_rest(
+        monkeypatch, registry, server, tiny):
+    _serve(monkeypatch, server)
+    handler = server.RequestHandlerClass
+    path = urlsplit(sources.SOURCES["cifar10"].url).path
+    handler.modes[path] = "truncate"
+    report = fetch.ensure(["cifar10", "cifar10_rest"])
+    assert set(report.missing) == {"cifar10", "cifar10_rest"}
+    assert "closed the connection" in report.missing["cifar10_rest"]
+    size = len(tiny.archives["cifar10"])
+    assert (registry / "downloads" / "cifar-10-python.tar.gz.part").stat().st_size == size // 2
+
+    del handler.modes[path]
+    handler.log.clear()
+    report = fetch.ensure(["cifar10", "cifar10_rest"])
+    assert report.ok and set(report.fetched) == {"cifar10", "cifar10_rest"}
+    assert handler.log == [(path, f"bytes={size // 2}-")]
+    for key in ("cifar10", "cifar10_rest"):
+        assert data.verify(key, data.find(key)) == "content digest"
+    with np.load(data.find("cifar10")) as subset, np.load(data.find("cifar10_rest")) as rest:
+        assert np.intersect1d(subset["train_index"], rest["train_index"]).size == 0
+        assert np.array_equal(np.union1d(subset["train_index"], rest["train_index"]),
+                              np.arange(10))
+    assert _leftovers(registry) == []
+
+
+def test_the_rest_alone_is_derived_beside_a_present_subset(monkeypatch, registry, server):
+    _serve(monkeypatch, server)
+    assert fetch.ensure(["cifar10"]).ok
+    subset = data.find("cifar10")
+    before = subset.stat().st_mtime_ns
+    report = fetch.ensure(["cifar10_rest"])
+    assert report.ok and list(report.fetched) == ["cifar10_rest"]
+    assert subset.stat().st_mtime_ns == before  # the subset is not rewritten
+    monkeypatch.setitem(data.FILES, "cifar10_rest", replace(data.FILES["cifar10_rest"],
+                                                            content="f" * 64))
+    (registry / data.FILES["cifar10_rest"].name).unlink()
+    with pytest.raises(fetch.ChecksumError, match="cifar10_rest.npz"):
+        fetch.fetch_source(sources.SOURCES["cifar10"], ["cifar10_rest"])
+    assert not (registry / data.FILES["cifar10_rest"].name).exists()
 
 
 def test_truncated_download_keeps_the_part_and_a_rerun_resumes_it(monkeypatch, registry, server, tiny):
@@ -469,14 +541,18 @@ def test_offline_ensure_lists_the_missing_sets_once_and_exits_2(registry, capsys
         assert src.url in err  # the canonical URLs are named
     assert "DDCL_DATA_DIR" in err and "../shared/data" in err and "network" in err
     assert all(not (registry / spec.name).exists() for spec in data.FILES.values())
-    # one host: after the first refusal the other sources are not tried (no wait per source)
-    assert err.count("cannot reach the server") == 1 and err.count("not tried") == len(data.FILES) - 1
+    # one host: after the first refusal the other sources are not tried (no wait per source);
+    # the first source (CIFAR-10) gives two files, both missing for the one refusal
+    first = len(sources.source_for(next(iter(data.FILES))).outputs)
+    assert err.count("cannot reach the server") == first == 2
+    assert err.count("not tried") == len(data.FILES) - first
 
 
 def test_allow_missing_prints_the_message_as_a_notice_and_exits_0(registry, capsys):
-    assert cli.main(["ensure", "--allow-missing", "cifar10", "imdb"]) == 0
+    assert cli.main(["ensure", "--allow-missing", "cifar10", "cifar10_rest", "imdb"]) == 0
     out, err = capsys.readouterr()
     assert out.count("NOTICE:") == 1 and "cifar10 (cifar10_subset.npz)" in out and "imdb" in out
+    assert "cifar10_rest (cifar10_rest.npz) from https://www.cs.toronto.edu/" in out
     assert "tinyshakespeare" not in out.split("Provide")[0]
 
 
@@ -538,17 +614,17 @@ def test_staged_sst2_train_in_another_row_order_passes_by_content_digest(tmp_pat
     random.Random(0).shuffle(body)  # another row order, as in GLUE's train.tsv
     out = tmp_path / data.FILES["sst2_train"].name
     out.write_bytes(gzip.compress(("\n".join(lines[:1] + body) + "\n").encode(), compresslevel=1))
-    monkeypatch.setattr(data, "data_dirs", lambda: [tmp_path])
+    monkeypatch.setattr(files, "data_dirs", lambda: [tmp_path])
     assert digest.file_sha256(out) != data.FILES["sst2_train"].sha256
     assert data.find("sst2_train") == out and data.verify("sst2_train", out) == "content digest"
     sentences, labels = data.load_sst2("train")
-    monkeypatch.setattr(data, "data_dirs", lambda: [staged.parent])
+    monkeypatch.setattr(files, "data_dirs", lambda: [staged.parent])
     staged_sentences, staged_labels = data.load_sst2("train")
     assert sentences == staged_sentences and np.array_equal(labels, staged_labels)
 
     body[0] = body[0][:-1] + ("1" if body[0].endswith("0") else "0")  # flip one label
     out.write_bytes(gzip.compress(("\n".join(lines[:1] + body) + "\n").encode(), compresslevel=1))
-    monkeypatch.setattr(data, "data_dirs", lambda: [tmp_path])
+    monkeypatch.setattr(files, "data_dirs", lambda: [tmp_path])
     with pytest.raises(data.DataIntegrityError, match="sst2_train.tsv.gz"):
         data.find("sst2_train")
 
@@ -564,7 +640,7 @@ def test_staged_imdb_requoted_passes_by_content_digest(tmp_path, monkeypatch):
             csv.writer(f, delimiter="\t", lineterminator="\r\n", quoting=csv.QUOTE_ALL).writerows(rows)
 
     write(rows)
-    monkeypatch.setattr(data, "data_dirs", lambda: [tmp_path])
+    monkeypatch.setattr(files, "data_dirs", lambda: [tmp_path])
     assert digest.file_sha256(out) != data.FILES["imdb"].sha256
     assert data.find("imdb") == out and data.verify("imdb", out) == "content digest"
     texts, labels = data.load_imdb("test")
@@ -576,22 +652,53 @@ def test_staged_imdb_requoted_passes_by_content_digest(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_staged_cifar_rewritten_by_numpy_passes_by_content_digest(tmp_path, monkeypatch):
-    staged = _staged("cifar10")
+@pytest.mark.parametrize("key", ["cifar10", "cifar10_rest"])
+def test_staged_cifar_rewritten_by_numpy_passes_by_content_digest(tmp_path, monkeypatch, key):
+    staged = _staged(key)
     with np.load(staged) as z:
         arrays = {name: z[name] for name in z.files}
-    out = tmp_path / data.FILES["cifar10"].name
+    out = tmp_path / data.FILES[key].name
     np.savez(out, **arrays)  # uncompressed: other bytes, same arrays
-    monkeypatch.setattr(data, "data_dirs", lambda: [tmp_path])
-    assert data.verify("cifar10", out) == "content digest"
+    monkeypatch.setattr(files, "data_dirs", lambda: [tmp_path])
+    assert data.verify(key, out) == "content digest"
     with derive.atomic_path(out) as tmp:  # the fetcher's writer reproduces the staged bytes exactly
         derive.write_npz(tmp, arrays)
-    assert data.verify("cifar10", out) == "sha256"
-    arrays["x_test"] = arrays["x_test"].copy()
-    arrays["x_test"][0, 0, 0, 0] ^= 1
+    assert data.verify(key, out) == "sha256"
+    arrays["x_train"] = arrays["x_train"].copy()
+    arrays["x_train"][0, 0, 0, 0] ^= 1
     np.savez(out, **arrays)
-    with pytest.raises(data.DataIntegrityError, match="cifar10_subset.npz"):
-        data.find("cifar10")
+    with pytest.raises(data.DataIntegrityError, match=data.FILES[key].name):
+        data.find(key)
+
+
+@pytest.mark.slow
+def test_the_stored_subset_rule_derives_the_staged_rest(tmp_path):
+    """The rest the fetcher derives from a canonical archive, rebuilt here from the staged subset
+    and rest (the whole train set) as pickled batches, is the staged rest, byte for byte."""
+    with np.load(_staged("cifar10")) as z:
+        subset = {name: z[name] for name in z.files}
+    with np.load(_staged("cifar10_rest")) as z:
+        rest = {name: z[name] for name in z.files}
+    images = np.empty((50_000, 32, 32, 3), dtype=np.uint8)
+    labels = np.empty(50_000, dtype=np.int64)
+    for part in (subset, rest):
+        images[part["train_index"]], labels[part["train_index"]] = part["x_train"], part["y_train"]
+    rows = images.transpose(0, 3, 1, 2).reshape(50_000, 3072)
+    members = {f"cifar-10-batches-py/data_batch_{b + 1}": pickle.dumps(
+        {b"data": rows[b * 10_000:(b + 1) * 10_000],
+         b"labels": labels[b * 10_000:(b + 1) * 10_000].tolist()}, protocol=2) for b in range(5)}
+    members["cifar-10-batches-py/test_batch"] = pickle.dumps(
+        {b"data": subset["x_test"].transpose(0, 3, 1, 2).reshape(-1, 3072),
+         b"labels": subset["y_test"].tolist()}, protocol=2)
+    members["cifar-10-batches-py/batches.meta"] = pickle.dumps(
+        {b"label_names": [str(n).encode() for n in subset["label_names"]]}, protocol=2)
+    archive = tmp_path / "cifar-10-python.tar"
+    archive.write_bytes(_tar_gz(members, mode="w"))  # uncompressed: the readers take either
+    for key, build in (("cifar10", derive.build_cifar10),
+                       ("cifar10_rest", derive.build_cifar10_rest)):
+        out = tmp_path / data.FILES[key].name
+        build(archive, out)
+        assert digest.file_sha256(out) == data.FILES[key].sha256, key
 
 
 def test_concurrent_runs_download_a_source_once(monkeypatch, registry, server):

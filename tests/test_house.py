@@ -96,3 +96,75 @@ def test_the_check_sees_a_science_module_that_imports_experiments(tmp_path):
         "ddcl_theory.runtime.leaky imports ddcl_theory.layers",
         "ddcl_theory.runtime.leaky imports ddcl_theory.layers.good",
     ]
+
+
+def import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
+    """Module -> the package modules it imports (``from pkg import sub`` is an edge to the
+    module ``pkg.sub`` when it is one, else to ``pkg``), lazy and type-checking imports included."""
+    mods = {module_name(p, root): p for p in sorted(root.rglob("*.py"))
+            if "__pycache__" not in p.parts}
+    graph = {}
+    for name, path in mods.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                edges.update(a.name for a in node.names if a.name in mods)
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    module = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    module = node.module or ""
+                subs = {f"{module}.{a.name}" for a in node.names} & set(mods)
+                edges |= subs
+                if len(subs) < len(node.names) and module in mods:
+                    edges.add(module)
+        graph[name] = edges - {name}
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(out)
+
+
+def test_no_module_imports_itself_through_others():
+    assert import_cycles(import_graph()) == []
+
+
+def test_the_cycle_check_sees_a_loop_through_a_lazy_import(tmp_path):
+    root = tmp_path / "ddcl_theory"
+    (root / "data").mkdir(parents=True)
+    (root / "__init__.py").write_text("")
+    (root / "data" / "__init__.py").write_text("from ddcl_theory.data.fetch import get\n")
+    (root / "data" / "fetch.py").write_text(
+        "def get():\n    from ddcl_theory.data import FILES\n    return FILES\n")
+    (root / "data" / "clean.py").write_text("from ddcl_theory.data import fetch\n")
+    assert import_cycles(import_graph(root)) == [["ddcl_theory.data", "ddcl_theory.data.fetch"]]

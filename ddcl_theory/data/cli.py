@@ -14,17 +14,18 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ddcl_theory.data import fetch, files, sources
+
 EXIT_OK, EXIT_BROKEN, EXIT_MISSING = 0, 1, 2
 
 
 def _parser() -> argparse.ArgumentParser:
-    from ddcl_theory.data import FILES
-
     p = argparse.ArgumentParser(prog="python -m ddcl_theory.data",
                                 description="Find, verify and fetch the real data sets.")
     sub = p.add_subparsers(dest="command", required=True)
     e = sub.add_parser("ensure", help="find every data set, downloading the missing ones")
-    e.add_argument("keys", nargs="*", metavar="KEY", help=f"data sets (default: all of {', '.join(FILES)})")
+    e.add_argument("keys", nargs="*", metavar="KEY",
+                   help=f"data sets (default: all of {', '.join(files.FILES)})")
     e.add_argument("--allow-missing", action="store_true",
                    help="exit 0 when some cannot be had (print a NOTICE)")
     sub.add_parser("status", help="where each data set was found and whether it verified")
@@ -32,20 +33,18 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _ensure(keys: list[str], allow_missing: bool) -> int:
-    from ddcl_theory.data import FILES
-    from ddcl_theory.data.fetch import ensure, missing_message
-
-    unknown = [k for k in keys if k not in FILES]
+    unknown = [k for k in keys if k not in files.FILES]
     if unknown:
-        print(f"error: unknown data set(s) {unknown}; expected some of {list(FILES)}", file=sys.stderr)
+        print(f"error: unknown data set(s) {unknown}; expected some of {list(files.FILES)}",
+              file=sys.stderr)
         return EXIT_MISSING
-    report = ensure(keys or None)
+    report = fetch.ensure(keys or None)
     for key, path in report.fetched.items():
         print(f"fetched {key}: {path}")
     if report.ok:
         print(f"all {len(report.present) + len(report.fetched)} data set(s) present and verified")
         return EXIT_OK
-    message = missing_message(report)
+    message = fetch.missing_message(report)
     if report.broken:
         print(f"ERROR: {message}", file=sys.stderr)
         return EXIT_BROKEN
@@ -59,23 +58,21 @@ def _ensure(keys: list[str], allow_missing: bool) -> int:
 
 
 def _status() -> int:
-    from ddcl_theory.data import FILES, DataIntegrityError, search_dirs, verify
-    from ddcl_theory.data.sources import resolve_url, source_for
-
-    dirs = [(label, d) for label, d in search_dirs() if d.is_dir()]
-    width = max(len(k) for k in FILES)
-    for key, spec in FILES.items():
+    dirs = [(label, d) for label, d in files.search_dirs() if d.is_dir()]
+    width = max(len(k) for k in files.FILES)
+    for key, spec in files.FILES.items():
         hit = next(((label, d / spec.name) for label, d in dirs if (d / spec.name).is_file()), None)
         if hit is None:
-            state = f"missing (ensure fetches it from {resolve_url(source_for(key).url)})"
+            url = sources.resolve_url(sources.source_for(key).url)
+            state = f"missing (ensure fetches it from {url})"
         else:
             label, path = hit
             try:
-                state = f"{label}: {path} (verified by {verify(key, path)})"
-            except DataIntegrityError as err:
+                state = f"{label}: {path} (verified by {files.verify(key, path)})"
+            except files.DataIntegrityError as err:
                 state = f"{label}: {path} FAILS verification: {err.detail}"
         print(f"{key:<{width}}  {state}")
-    print("search order: " + ", ".join(f"{label} = {d}" for label, d in search_dirs()))
+    print("search order: " + ", ".join(f"{label} = {d}" for label, d in files.search_dirs()))
     return EXIT_OK
 
 

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ddcl_theory.data import files
+
 __all__ = ["NUM_CLASSES", "STROKE", "DenseProxy", "make_dense_proxy", "patch_labels",
            "digit_bitmaps", "cifar_backgrounds"]
 
@@ -99,12 +101,11 @@ def cifar_backgrounds(split: str) -> tuple[np.ndarray, np.ndarray]:
     no fallback: fetch it with ``make data``)."""
     if split not in ("train", "test"):
         raise ValueError(f"split: expected 'train' or 'test', got {split!r}")
-    from ddcl_theory import data
-    path = data.find("cifar10")
+    path = files.find("cifar10")
     if path is None:
         raise FileNotFoundError("the dense proxy needs the CIFAR-10 subset as backgrounds and "
                                 "none was found in the data directories; run `make data` "
-                                "(python -m ddcl_theory.data fetch) first")
+                                "(python -m ddcl_theory.data ensure cifar10) first")
     with np.load(path) as z:
         return (z[f"x_{split}"].astype(np.float32) / 255.0,
                 z[f"y_{split}"].astype(np.int64))

@@ -5,7 +5,8 @@ extract anything to disk and never touch the network. The writers put a value in
 a temporary name in the same directory and an atomic rename, so an interrupted run never leaves a
 file under its final name. The subset rules (which CIFAR-10 train images, which IMDB reviews) are
 stored as bit masks in ``subsets.npz`` beside this module (:func:`cifar10_train_index`,
-:func:`imdb_ids`).
+:func:`imdb_ids`); the rest of the CIFAR-10 train set is the subset's complement
+(:func:`cifar10_rest_index`).
 """
 from __future__ import annotations
 
@@ -43,6 +44,11 @@ def cifar10_train_index() -> np.ndarray:
     with np.load(SUBSETS) as z:
         mask = np.unpackbits(z["cifar10_train_mask"])[:CIFAR_TRAIN_SIZE].astype(bool)
     return np.flatnonzero(mask).astype(np.int64)
+
+
+def cifar10_rest_index() -> np.ndarray:
+    """Positions (int64, sorted, shape (40000,)) of the official train images not in the subset."""
+    return np.setdiff1d(np.arange(CIFAR_TRAIN_SIZE, dtype=np.int64), cifar10_train_index())
 
 
 def imdb_ids() -> frozenset[str]:
@@ -99,7 +105,48 @@ def _read_members(archive: Path, basenames: Collection[str]) -> dict[str, bytes]
     return found
 
 
-def cifar10_arrays(archive: Path, train_index: Sequence[int], n_test: int = 1000) -> dict[str, np.ndarray]:
+def _cifar10_official(archive: Path) -> dict[str, np.ndarray]:
+    """Every image of the canonical archive: train rows (batches 1..5 concatenated), test rows.
+
+    Returns ``train_rows`` uint8 (50000, 3072) CHW, ``train_labels`` int64, ``test_rows``,
+    ``test_labels`` and ``label_names`` unicode (10,).
+    """
+    names = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch", "batches.meta"]
+    members = _read_members(archive, names)
+    train = [_unpickle_batch(members[f"data_batch_{i}"]) for i in range(1, 6)]
+    test = _unpickle_batch(members["test_batch"])
+    meta = _unpickle_batch(members["batches.meta"])
+    del members
+    return {
+        "train_rows": np.concatenate([np.asarray(b[b"data"], dtype=np.uint8) for b in train]),
+        "train_labels": np.concatenate([np.asarray(b[b"labels"], dtype=np.int64) for b in train]),
+        "test_rows": np.asarray(test[b"data"], dtype=np.uint8),
+        "test_labels": np.asarray(test[b"labels"], dtype=np.int64),
+        "label_names": np.array([s.decode("ascii") for s in meta[b"label_names"]]),
+    }
+
+
+def _hwc(rows: np.ndarray) -> np.ndarray:
+    """CHW rows (N, 3072) -> contiguous HWC images (N, 32, 32, 3)."""
+    return np.ascontiguousarray(rows.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
+
+
+def _train_arrays(official: Mapping[str, np.ndarray], train_index: Sequence[int]
+                  ) -> dict[str, np.ndarray]:
+    """``x_train``, ``y_train``, ``train_index`` at the positions ``train_index``."""
+    train_index = np.asarray(train_index, dtype=np.int64)
+    if train_index.ndim != 1:
+        raise ValueError(f"train_index: expected a 1-d index array, got shape {train_index.shape}")
+    n = len(official["train_labels"])
+    if train_index.size and (train_index.min() < 0 or train_index.max() >= n):
+        raise ValueError(f"train_index: expected positions in [0, {n}), got "
+                         f"[{train_index.min()}, {train_index.max()}]")
+    return {"x_train": _hwc(official["train_rows"][train_index]),
+            "y_train": official["train_labels"][train_index], "train_index": train_index}
+
+
+def cifar10_arrays(archive: Path, train_index: Sequence[int], n_test: int = 1000
+                   ) -> dict[str, np.ndarray]:
     """The CIFAR-10 subset from ``cifar-10-python.tar.gz``.
 
     Args:
@@ -113,36 +160,38 @@ def cifar10_arrays(archive: Path, train_index: Sequence[int], n_test: int = 1000
         int64, ``x_test`` uint8 (n_test, 32, 32, 3), ``y_test`` int64, ``test_index`` int64
         (``arange(n_test)``), ``label_names`` unicode (10,).
     """
-    train_index = np.asarray(train_index, dtype=np.int64)
-    if train_index.ndim != 1:
-        raise ValueError(f"train_index: expected a 1-d index array, got shape {train_index.shape}")
-    names = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch", "batches.meta"]
-    members = _read_members(archive, names)
-    train = [_unpickle_batch(members[f"data_batch_{i}"]) for i in range(1, 6)]
-    test = _unpickle_batch(members["test_batch"])
-    meta = _unpickle_batch(members["batches.meta"])
-    del members
-    x_all = np.concatenate([np.asarray(b[b"data"], dtype=np.uint8) for b in train])
-    y_all = np.concatenate([np.asarray(b[b"labels"], dtype=np.int64) for b in train])
-    if train_index.size and (train_index.min() < 0 or train_index.max() >= len(y_all)):
-        raise ValueError(f"train_index: expected positions in [0, {len(y_all)}), got "
-                         f"[{train_index.min()}, {train_index.max()}]")
-    x_test = np.asarray(test[b"data"], dtype=np.uint8)
-    if not 0 <= n_test <= len(x_test):
-        raise ValueError(f"n_test: expected 0..{len(x_test)}, got {n_test}")
-
-    def hwc(rows: np.ndarray) -> np.ndarray:
-        return np.ascontiguousarray(rows.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
-
-    return {
-        "x_train": hwc(x_all[train_index]),
-        "y_train": y_all[train_index],
-        "train_index": train_index,
-        "x_test": hwc(x_test[:n_test]),
-        "y_test": np.asarray(test[b"labels"][:n_test], dtype=np.int64),
+    official = _cifar10_official(archive)
+    train = _train_arrays(official, train_index)
+    if not 0 <= n_test <= len(official["test_rows"]):
+        raise ValueError(f"n_test: expected 0..{len(official['test_rows'])}, got {n_test}")
+    return train | {
+        "x_test": _hwc(official["test_rows"][:n_test]),
+        "y_test": official["test_labels"][:n_test],
         "test_index": np.arange(n_test, dtype=np.int64),
-        "label_names": np.array([s.decode("ascii") for s in meta[b"label_names"]]),
+        "label_names": official["label_names"],
     }
+
+
+def cifar10_rest_arrays(archive: Path, subset_index: Sequence[int]) -> dict[str, np.ndarray]:
+    """The official train images of ``cifar-10-python.tar.gz`` that are not in the subset.
+
+    Args:
+        archive: the canonical tar.gz (as for :func:`cifar10_arrays`).
+        subset_index: the subset's positions in the official train order.
+
+    Returns:
+        ``x_train`` uint8 (M, 32, 32, 3) HWC RGB, ``y_train`` int64 (M,), ``train_index`` int64
+        (M,) = ``setdiff1d(arange(n_train), subset_index)`` in official order, ``label_names``
+        unicode (10,); M = n_train - len(subset_index) (40,000 for the real archive).
+    """
+    official = _cifar10_official(archive)
+    subset_index = np.asarray(subset_index, dtype=np.int64)
+    n = len(official["train_labels"])
+    if subset_index.ndim != 1 or (subset_index.size and (subset_index.min() < 0
+                                                         or subset_index.max() >= n)):
+        raise ValueError(f"subset_index: expected a 1-d array of positions in [0, {n})")
+    rest = np.setdiff1d(np.arange(n, dtype=np.int64), subset_index)
+    return _train_arrays(official, rest) | {"label_names": official["label_names"]}
 
 
 def _zip_member(zf: zipfile.ZipFile, suffix: str) -> bytes:
@@ -316,6 +365,13 @@ def build_cifar10(archive: Path, out: Path, *, train_index: Sequence[int] | None
     """Write the CIFAR-10 subset npz; ``train_index`` defaults to the stored subset."""
     index = cifar10_train_index() if train_index is None else train_index
     write_npz(out, cifar10_arrays(archive, index, n_test))
+
+
+def build_cifar10_rest(archive: Path, out: Path, *,
+                       subset_index: Sequence[int] | None = None) -> None:
+    """Write the rest of the CIFAR-10 train set; ``subset_index`` defaults to the stored subset."""
+    index = cifar10_train_index() if subset_index is None else subset_index
+    write_npz(out, cifar10_rest_arrays(archive, index))
 
 
 def build_copy(archive: Path, out: Path) -> None:

@@ -10,9 +10,10 @@ Guarantees:
   package records (:mod:`ddcl_theory.data.digest`) and only then renamed into place;
 * every failure is a :class:`DataFetchError` that names the file, the source URL and what to do.
 
-The cache is ``$DDCL_CACHE_DIR``, else ``$XDG_CACHE_HOME/ddcl-theory``, else
-``~/.cache/ddcl-theory``; downloads sit in its ``downloads/`` folder until the files derived from
-them are in place.
+The cache is :func:`ddcl_theory.data.cache.cache_dir` (``$DDCL_CACHE_DIR``, else
+``$XDG_CACHE_HOME/ddcl-theory``, else ``~/.cache/ddcl-theory``); downloads sit in its
+``downloads/`` folder until the files derived from them are in place. One download can give
+several files (the CIFAR-10 archive gives the subset and the rest of the train set).
 """
 from __future__ import annotations
 
@@ -27,28 +28,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from ddcl_theory.data import derive
+from ddcl_theory.data import derive, files, sources
+from ddcl_theory.data.cache import CACHE_ENV, cache_dir
 from ddcl_theory.data.sources import Source, resolve_url
+from ddcl_theory.runtime import paths
 
-CACHE_ENV = "DDCL_CACHE_DIR"
 TIMEOUT_ENV = "DDCL_FETCH_TIMEOUT"
 DEFAULT_TIMEOUT = 60.0
 CHUNK = 1 << 16
 USER_AGENT = "ddcl-theory-data-fetcher/0.1 (+python-urllib)"
-
-
-def cache_dir() -> Path:
-    """The user cache directory for fetched data (not created here)."""
-    env = os.environ.get(CACHE_ENV)
-    if env:
-        return Path(env)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    if xdg:
-        return Path(xdg) / "ddcl-theory"
-    try:
-        return Path.home() / ".cache" / "ddcl-theory"
-    except RuntimeError:  # no home directory
-        return Path.cwd() / ".cache" / "ddcl-theory"
 
 
 def timeout_s() -> float:
@@ -218,12 +206,11 @@ def _locked(directory: Path, name: str) -> Iterator[None]:
 def fetch_source(source: Source, keys: Iterable[str], *, timeout: float | None = None) -> dict[str, Path]:
     """Download ``source`` and derive the data files ``keys`` into the cache; their paths.
 
-    Each derived file is verified (sha256 or content digest of ``ddcl_theory.data.FILES[key]``)
-    before it is renamed into place. The download is deleted once every requested file is in place.
-    A file that another process put into the cache meanwhile is verified and kept.
+    Each derived file is verified (sha256 or content digest of
+    :data:`ddcl_theory.data.files.FILES` ``[key]``) before it is renamed into place. The download is
+    deleted once every requested file is in place. A file that another process put into the cache
+    meanwhile is verified and kept.
     """
-    from ddcl_theory.data import FILES, DataIntegrityError, verify
-
     keys = list(keys)
     for key in keys:
         if key not in source.outputs:
@@ -234,9 +221,9 @@ def fetch_source(source: Source, keys: Iterable[str], *, timeout: float | None =
     with _locked(cache / "downloads", source.name):
         todo = []
         for key in keys:
-            out = cache / FILES[key].name
+            out = cache / files.FILES[key].name
             if out.is_file():  # fetched by a concurrent run while this one waited for the lock
-                verify(key, out)
+                files.verify(key, out)
                 made[key] = out
             else:
                 todo.append(key)
@@ -244,7 +231,7 @@ def fetch_source(source: Source, keys: Iterable[str], *, timeout: float | None =
             return made
         archive = download(source, cache / "downloads", timeout=timeout)
         for key in todo:
-            spec = FILES[key]
+            spec = files.FILES[key]
             out = cache / spec.name
             with derive.atomic_path(out) as tmp:
                 try:
@@ -253,8 +240,8 @@ def fetch_source(source: Source, keys: Iterable[str], *, timeout: float | None =
                     raise DataFetchError(spec.name, url, f"cannot derive it from {archive.name} "
                                          f"({type(err).__name__}: {err}); {archive} is kept") from err
                 try:
-                    verify(key, tmp)
-                except DataIntegrityError as err:
+                    files.verify(key, tmp)
+                except files.DataIntegrityError as err:
                     raise ChecksumError(spec.name, url,
                                         "the file derived from the verified download does not match "
                                         f"the recorded content digest ({err.detail}); nothing was "
@@ -285,28 +272,26 @@ def ensure(keys: Iterable[str] | None = None, *, timeout: float | None = None) -
     silently); ``missing`` lists data sets that could not be fetched, with the reason. After the
     first network failure on a host, later sources on the same host are not tried.
     """
-    from ddcl_theory.data import FILES, DataIntegrityError, find
-    from ddcl_theory.data import sources as _sources
-
-    keys = list(FILES) if keys is None else list(keys)
+    keys = list(files.FILES) if keys is None else list(keys)
     for key in keys:
-        if key not in FILES:
-            raise ValueError(f"keys: unknown data set {key!r}; expected some of {sorted(FILES)}")
+        if key not in files.FILES:
+            raise ValueError(f"keys: unknown data set {key!r}; expected some of "
+                             f"{sorted(files.FILES)}")
     report = EnsureReport()
     wanted: dict[str, list[str]] = {}
     for key in keys:
         try:
-            path = find(key)
-        except DataIntegrityError as err:
+            path = files.find(key)
+        except files.DataIntegrityError as err:
             report.broken[key] = str(err)
             continue
         if path is not None:
             report.present[key] = path
         else:
-            wanted.setdefault(_sources.source_for(key).name, []).append(key)
+            wanted.setdefault(sources.source_for(key).name, []).append(key)
     dead_hosts: dict[str, str] = {}
     for name, group in wanted.items():
-        source = _sources.SOURCES[name]
+        source = sources.SOURCES[name]
         host = urlsplit(resolve_url(source.url)).netloc
         if host in dead_hosts:
             for key in group:
@@ -331,22 +316,18 @@ def ensure(keys: Iterable[str] | None = None, *, timeout: float | None = None) -
 
 def missing_message(report: EnsureReport) -> str:
     """One message listing what is missing or broken and every way to provide it."""
-    from ddcl_theory.data import FILES, data_dirs
-    from ddcl_theory.data.sources import source_for
-
     lines = []
     if report.missing:
         lines.append(f"{len(report.missing)} data set(s) missing and not fetched:")
         for key, why in report.missing.items():
-            lines.append(f"  - {key} ({FILES[key].name}) from {source_for(key).url}: {why}")
+            lines.append(f"  - {key} ({files.FILES[key].name}) from "
+                         f"{sources.source_for(key).url}: {why}")
     if report.broken:
         lines.append(f"{len(report.broken)} data file(s) present but failing verification "
                      "(delete or replace them):")
         for key, why in report.broken.items():
             lines.append(f"  - {key}: {why.splitlines()[0]}")
-    from ddcl_theory.data import repo_root
-
-    root = repo_root()
+    root = paths.repo_root()
     places = (f"{root / 'data'} or {root.parent / 'shared' / 'data'}" if root is not None
               else "<repo>/data or ../shared/data")
     lines += [
@@ -355,6 +336,7 @@ def missing_message(report: EnsureReport) -> str:
         f"  - place the files in {places};",
         f"  - connect to the network and rerun `python -m ddcl_theory.data ensure` (downloads "
         f"into {cache_dir()}; the sources are listed above, a mirror can be set with DDCL_DATA_MIRROR).",
-        f"Searched: {', '.join(str(d) for d in data_dirs()) or '(no data directory exists)'}.",
+        "Searched: " + (", ".join(str(d) for d in files.data_dirs())
+                        or "(no data directory exists)") + ".",
     ]
     return "\n".join(lines)

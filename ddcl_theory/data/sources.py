@@ -30,8 +30,9 @@ class Source:
         filename: the name the download is saved under in the cache's ``downloads/`` folder.
         algo: ``"md5"`` or ``"sha256"``, as the widely used loaders pin it.
         checksum: hex digest of the whole download under ``algo``.
-        outputs: data-set key (of ``ddcl_theory.data.FILES``) -> builder ``(archive, out) -> None``
-            that writes the data file at ``out`` (see :mod:`ddcl_theory.data.derive`).
+        outputs: data-set key (of :data:`ddcl_theory.data.files.FILES`) -> builder
+            ``(archive, out) -> None`` that writes the data file at ``out`` (see
+            :mod:`ddcl_theory.data.derive`).
         size: the download's size in bytes, when known (for the progress bar only).
     """
 
@@ -60,7 +61,8 @@ SOURCES: dict[str, Source] = {
     "cifar10": Source(
         "cifar10", "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",
         "cifar-10-python.tar.gz", "md5", "c58f30108f718f92721af3b95e74349a",
-        {"cifar10": derive.build_cifar10}, size=170_498_071),
+        {"cifar10": derive.build_cifar10, "cifar10_rest": derive.build_cifar10_rest},
+        size=170_498_071),
     "tinyshakespeare": Source(
         "tinyshakespeare",
         "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt",

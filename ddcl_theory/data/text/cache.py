@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ddcl_theory.data.cache import cache_dir
 from ddcl_theory.runtime.progress import progress
 
 FORMAT_VERSION = 1
@@ -44,7 +45,6 @@ SUBFOLDER = "embeddings"
 
 def embeddings_dir() -> Path:
     """``<user cache>/embeddings`` (not created here); see the module docstring."""
-    from ddcl_theory.data.fetch import cache_dir
     return cache_dir() / SUBFOLDER
 
 
