@@ -12,8 +12,8 @@ from ddcl_theory.runtime.rundir import RunDir
 
 from _killers import killing_fit
 
-TINY_TRANSFORMER = dl.TransformerSettings(n_train=60, n_test=20, epochs=3, batch_size=20, dim=16,
-                                          num_prototypes=4, seeds=(0, 1))
+TINY_TRANSFORMER = dl.TransformerSettings(train_sizes=(40, 60), n_val=20, n_test=20, epochs=3,
+                                          batch_size=20, dim=16, num_prototypes=4, seeds=(0, 1))
 TINY_PATCHES = dl.PatchSettings(n_images=10, n_test=4, steps=6)
 
 
@@ -22,55 +22,124 @@ def _killing_fit(monkeypatch, after_round: int):
     killing_fit(monkeypatch, dl, after_round)
 
 
-def _data(s: dl.TransformerSettings):
-    data = dl.load_cifar10()
-    x_tr = dl.cifar_patch_tokens(data.x_train[: s.n_train], s.patch)
-    x_te = dl.cifar_patch_tokens(data.x_test[: s.n_test], s.patch)
-    x_tr, x_te = dl._standardise(x_tr, x_te)
-    return (x_tr, torch.from_numpy(data.y_train[: s.n_train]), x_te,
-            torch.from_numpy(data.y_test[: s.n_test]))
-
-
 @pytest.mark.parametrize("variant", ["ddcl", "block"])
 def test_a_killed_transformer_run_resumes_to_the_same_log(tmp_path, monkeypatch, variant):
-    data = _data(TINY_TRANSFORMER)
+    data, _ = dl.transformer_data(TINY_TRANSFORMER)
     whole = dl.train_classifier(TINY_TRANSFORMER, variant, data)
-    assert len(whole.train_loss) == len(whole.test_loss) == 3 and len(whole.l_q) == 9
-    assert whole.all_finite and whole.seed == 0 and whole.min_v >= 0
+    assert len(whole.train_loss) == len(whole.val_loss) == 3 and len(whole.l_q) == 9
+    assert whole.all_finite and whole.seed == 0 and whole.min_v >= 0 and whole.n_train == 60
     run = RunDir("ddcl_transformer", TINY_TRANSFORMER, root=tmp_path, enabled=True)
     with monkeypatch.context() as m:
         _killing_fit(m, after_round=1)
         with pytest.raises(KeyboardInterrupt):
             dl.train_classifier(TINY_TRANSFORMER, variant, data, run)
-    assert run.state_path(f"variant={variant},seed=0").is_file()
+    assert run.state_path(f"n=60,variant={variant},seed=0").is_file()
     again = RunDir("ddcl_transformer", TINY_TRANSFORMER, root=tmp_path, enabled=True)
     resumed = dl.train_classifier(TINY_TRANSFORMER, variant, data, again)
     assert dataclasses.asdict(resumed) == dataclasses.asdict(whole)
 
 
-def test_transformer_runs_every_variant_per_seed_and_reads_them_by_seed():
+def test_the_tested_model_is_the_one_of_the_lowest_validation_loss(monkeypatch):
+    s = dataclasses.replace(TINY_TRANSFORMER, epochs=5, lr=0.05)    # a rate that overfits
+    data, _ = dl.transformer_data(s)
+    offered, predicted = [], []
+    offer, predict = dl.BestState.offer, dl._predict
+
+    def spy_offer(self, model, loss):
+        offered.append({k: v.clone() for k, v in model.state_dict().items()})
+        return offer(self, model, loss)
+
+    def spy_predict(model, x, batch=250):
+        predicted.append({k: v.clone() for k, v in model.state_dict().items()})
+        return predict(model, x, batch)
+
+    monkeypatch.setattr(dl.BestState, "offer", spy_offer)
+    monkeypatch.setattr(dl, "_predict", spy_predict)
+    log = dl.train_classifier(s, "ddcl", data)
+    assert log.best_epoch == int(np.argmin(log.val_loss)) + 1 < s.epochs
+    tested = predicted[s.epochs]          # after one validation call per epoch: the test call
+    best = offered[log.best_epoch - 1]
+    assert all(torch.equal(tested[k], best[k]) for k in best)
+    assert not all(torch.equal(tested[k], offered[-1][k]) for k in best)
+    assert len(log.test_correct) == s.n_test and set(log.test_correct) <= {0, 1}
+    assert log.test_acc == pytest.approx(np.mean(log.test_correct))
+
+
+def test_best_state_keeps_only_a_strictly_lower_loss():
+    model = torch.nn.Linear(2, 1)
+    best = dl.BestState(model)
+    assert best.offer(model, 1.0) and float(best.best_loss) == 1.0
+    with torch.no_grad():
+        model.weight.fill_(3.0)
+    assert not best.offer(model, 1.0) and not best.offer(model, float("nan"))
+    assert not torch.equal(best.model.weight, model.weight)
+    assert best.offer(model, 0.5) and torch.equal(best.model.weight, model.weight)
+    assert "best_loss" in best.state_dict()              # checkpointed with the run
+
+
+def test_validation_images_are_training_images_no_run_trains_on():
+    s = TINY_TRANSFORMER
+    data = dl.load_cifar10()
+    small, _ = dl.transformer_data(s, 40)
+    full, _ = dl.transformer_data(s)
+    assert [len(t) for t in small] == [40, 40, 20, 20, 20, 20]
+    assert [len(t) for t in full] == [60, 60, 20, 20, 20, 20]
+    assert torch.equal(full[3], torch.from_numpy(data.y_train[60:80]))
+    assert torch.equal(small[3], full[3])                 # one validation set for every size
+    with pytest.raises(ValueError, match="n_val"):
+        dl.transformer_data(dataclasses.replace(s, n_val=len(data.x_train)))
+
+
+def test_transformer_runs_every_size_variant_and_seed_and_reads_them_by_seed():
     s = dataclasses.replace(TINY_TRANSFORMER, epochs=2)
     res = dl.run_transformer(s)
-    assert set(res.runs) == set(dl.VARIANTS) and res.settings is s
+    assert set(res.by_size) == {40, 60} and res.runs is res.by_size[60] and res.settings is s
+    assert set(res.runs) == set(dl.VARIANTS)
     assert [log.seed for log in res.runs["ddcl"]] == [0, 1]
-    acc = res.per_seed("block", "test_acc", epoch=1)
+    assert [log.n_train for log in res.by_size[40]["block"]] == [40, 40]
+    acc = res.per_seed("block", "test_acc", n_train=40)
     assert acc.shape == (2,) and np.all((acc >= 0) & (acc <= 1))
-    assert np.array_equal(res.per_seed("ddcl", "test_acc"),
-                          [log.test_acc[-1] for log in res.runs["ddcl"]])
+    assert np.array_equal(res.per_seed("ddcl", "val_loss"),
+                          [log.val_loss[-1] for log in res.runs["ddcl"]])
+    items = res.per_item("mean")
+    assert items.shape == (2, s.n_test) and np.allclose(items.mean(1),
+                                                        res.per_seed("mean", "test_acc"))
     assert res.per_seed("ddcl", "perplexity").shape == (2,)
     assert np.isnan(res.per_seed("mean", "min_v")).all()
-    # seed s: the same batches and initialisation stream for every variant, another per seed
+    # seed s: another batch order and initialisation per seed
     assert res.runs["ddcl"][0].train_loss != res.runs["ddcl"][1].train_loss
 
 
-def test_transformer_settings_scales_and_seeds():
-    assert dl.TransformerSettings(epochs=12, seeds=(0,)).scales == (3, 6, 12)
-    assert dl.TransformerSettings(epochs=4, seeds=(0,)).scales == (1, 2, 4)
-    assert dl.TransformerSettings(epochs=1, seeds=(0,)).scales == (1,)
+def test_every_variant_of_a_seed_starts_from_the_same_encoder_and_classifier(monkeypatch):
+    """The pairing of D15: the variants differ by the DDCL layer only, not by their start or
+    their batch order."""
+    s = dataclasses.replace(TINY_TRANSFORMER, epochs=1)
+    data, _ = dl.transformer_data(s)
+    start, batch_stream = {}, {}
+    original = dl.fit
+    for variant in dl.VARIANTS:
+        def spy(model, *args, variant=variant, **kwargs):
+            start[variant] = {k: v.clone() for k, v in model.state_dict().items()}
+            batch_stream[variant] = kwargs["generators"]["gen"].get_state()
+            return original(model, *args, **kwargs)
+
+        monkeypatch.setattr(dl, "fit", spy)
+        dl.train_classifier(s, variant, data)
+    shared = [k for k in start["mean"] if not k.startswith("pool.")]
+    assert any(k.startswith("layers.") for k in shared) and "head.weight" in shared
+    for variant in ("ddcl", "block"):
+        assert all(torch.equal(start[variant][k], start["mean"][k]) for k in shared)
+        assert torch.equal(batch_stream[variant], batch_stream["mean"])
+
+
+def test_transformer_settings_sizes_and_seeds():
+    assert dl.TransformerSettings(train_sizes=(250, 500, 1000), seeds=(0,)).n_train == 1000
     with pytest.raises(ValueError, match="seeds"):
         dl.TransformerSettings(seeds=(0, 0))
-    with pytest.raises(ValueError, match="n_train"):
-        dl.TransformerSettings(n_train=0)
+    with pytest.raises(ValueError, match="train_sizes"):
+        dl.TransformerSettings(train_sizes=(400, 200))
+    with pytest.raises(ValueError, match="train_sizes"):
+        dl.TransformerSettings(train_sizes=(0, 200))
     with pytest.raises(ValueError, match="steps"):
         dl.PatchSettings(steps=0)
 

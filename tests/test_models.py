@@ -158,6 +158,20 @@ def test_ddcl_transformer_checks_its_arguments(kwargs, message):
         DDCLTransformer(3, 8, **({"input_dim": 4, "depth": 2} | kwargs))
 
 
+def test_ddcl_transformer_variants_of_one_seed_share_the_encoder_and_classifier_start():
+    """The DDCL parts are built last: under one seed, adding them changes nothing else."""
+    def build(**kwargs):
+        torch.manual_seed(3)
+        return DDCLTransformer(3, 8, input_dim=4, depth=2, dim=8, attn_heads=2, **kwargs)
+
+    plain = build(readout="mean").state_dict()
+    for kwargs in (dict(readout="ddcl"), dict(readout="mean", ddcl_block_after=0)):
+        other = build(**kwargs).state_dict()
+        shared = [k for k in plain if not k.startswith("pool.")]
+        assert "head.weight" in shared and "layers.1.linear2.weight" in shared
+        assert all(torch.equal(plain[k], other[k]) for k in shared)
+
+
 def test_gpt_trains_down_on_a_repeating_pattern():
     torch.manual_seed(0)
     model = CharGPT(5, 10, dim=16, depth=1, heads=2, laplacian_heads=1)

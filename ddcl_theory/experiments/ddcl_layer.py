@@ -5,10 +5,14 @@
   test image as a mixture of those prototypes (figure of the chapter, D16).
 * :func:`run_transformer`: a small Transformer with the multi-head DDCL readout trained end to end
   (D15), against the same encoder with a mean-pool readout, and a third variant that uses the
-  DDCL layer (residual + LayerNorm) as a block between the two encoder layers.
+  DDCL layer (residual + LayerNorm) as a block between the two encoder layers. Each run stops
+  early at the lowest cross-entropy on a validation split of training images and tests that
+  model once; seed s gives the three variants the same start and batch order; separate runs
+  per training-set size make the scale trend.
 """
 from __future__ import annotations
 
+import copy
 import functools
 import math
 from dataclasses import dataclass
@@ -16,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as nnf
+from torch import nn
 
 from ddcl_theory.data import image_patches, load_cifar10
 from ddcl_theory.layers.ddcl import DDCLAttention
@@ -23,7 +28,7 @@ from ddcl_theory.metrics.prototypes import perplexity, usage
 from ddcl_theory.models.ddcl_transformer import DDCLTransformer
 from ddcl_theory.runtime import profile
 from ddcl_theory.runtime.rundir import RunDir
-from ddcl_theory.runtime.settings import Settings, setting
+from ddcl_theory.runtime.settings import Settings, confirmatory_seeds, setting
 from ddcl_theory.runtime.training import fit
 
 
@@ -153,7 +158,7 @@ def _fit_patches(s: PatchSettings, run: RunDir | None = None) -> PatchResult:
 
 
 # ------------------------------------------------------------------------- Transformer (D15)
-#: Training and test images of the paper smoke test (a few batches).
+#: Training, validation and test images of the paper smoke test (a few batches).
 SMOKE_IMAGES = 200
 
 
@@ -161,17 +166,23 @@ SMOKE_IMAGES = 200
 class TransformerSettings(Settings):
     """Settings of :func:`run_transformer`.
 
-    cpu: 3 seeds, 400 training images, 4 epochs (a regression run; fewer seeds than the D15
-    rule, so its word is at best inconclusive); reference: the rule's 5 seeds, 1,000 images,
-    12 epochs; paper: 5 seeds, 10,000 images, 30 epochs. The learning rate decays on a cosine
-    schedule over all steps of the run, so the last epochs are the run's finish.
+    ``train_sizes``: the training-set sizes of the scale trend, each a run of its own (the
+    claim is decided at the largest, :attr:`n_train`); ``n_val`` validation images are CIFAR-10
+    training images that no run trains on (early stopping reads them); ``n_test`` test images
+    are evaluated once, by the model of the best validation epoch. The learning rate decays on
+    a cosine schedule over all steps of a run. Reference seeds: the D15 rule's, none of them
+    used by an exploratory run.
     """
 
-    n_train: int = setting(400, reference=1000, paper=10000, smoke=SMOKE_IMAGES, ge=1)
-    n_test: int = setting(500, reference=1000, paper=1000, smoke=SMOKE_IMAGES, ge=1)
+    train_sizes: tuple[int, ...] = setting((200, 400), reference=(250, 1000),
+                                           paper=(2500, 5000, 10000), smoke=(SMOKE_IMAGES,),
+                                           ge=1, nonempty=True)
+    n_val: int = setting(200, reference=500, paper=1000, smoke=SMOKE_IMAGES, ge=1)
+    n_test: int = setting(100, reference=2000, paper=2000, smoke=SMOKE_IMAGES, ge=1)
     epochs: int = setting(4, reference=12, paper=30, smoke=1, ge=1)
-    seeds: tuple[int, ...] = setting((0, 1, 2), reference=(0, 1, 2, 3, 4),
-                                     paper=(0, 1, 2, 3, 4), smoke=(0,), ge=0, nonempty=True)
+    seeds: tuple[int, ...] = setting((0, 1, 2), reference=confirmatory_seeds(12),
+                                     paper=confirmatory_seeds(12), smoke=(0,), ge=0,
+                                     nonempty=True)
     batch_size: int = setting(50, ge=1)
     lr: float = setting(2e-3, gt=0)
     patch: int = setting(4, ge=1)
@@ -187,33 +198,46 @@ class TransformerSettings(Settings):
         if len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"TransformerSettings.seeds: expected distinct seeds, "
                              f"got {self.seeds!r}")
+        if list(self.train_sizes) != sorted(set(self.train_sizes)):
+            raise ValueError(f"TransformerSettings.train_sizes: expected distinct sizes in "
+                             f"increasing order, got {self.train_sizes!r}")
 
     @property
-    def scales(self) -> tuple[int, ...]:
-        """The epochs at which the scale trend reads the runs (about a quarter, a half and all
-        of the run; fewer when the run is shorter than four epochs)."""
-        return tuple(sorted({max(1, self.epochs // 4), max(1, self.epochs // 2), self.epochs}))
+    def n_train(self) -> int:
+        """The training images of the deciding runs (the largest of :attr:`train_sizes`)."""
+        return self.train_sizes[-1]
 
 
 @dataclass
 class TrainLog:
-    """One readout's training run (one seed).
+    """One variant's training run (one seed, one training-set size).
 
     Attributes:
-        readout: the variant, one of :data:`VARIANTS`; seed: its seed.
-        train_loss: mean cross-entropy per epoch (the curve of the plateau rule);
-        test_loss, test_acc: cross-entropy and accuracy on the test images after each epoch.
+        readout: the variant, one of :data:`VARIANTS`; seed: its seed; n_train: its images.
+        train_loss: mean cross-entropy per epoch on the training images.
+        val_loss, val_acc: cross-entropy and accuracy on the validation images after each
+            epoch (the curve early stopping and the convergence gate read).
+        best_epoch: the epoch (1-based) of the lowest validation cross-entropy; the model of
+            that epoch is the one tested.
+        test_loss, test_acc: cross-entropy and accuracy of that model on the test images.
+        test_correct: (n_test,) 1 where that model classifies the test image correctly, else 0.
         l_q, l_ols, v: the DDCL loss terms at every step (of the readout, or of the block;
             empty for the mean readout).
         all_finite: every loss of every step was finite.
-        fraction_used, perplexity: DDCL bank usage on the test set after training (per head).
+        fraction_used, perplexity: DDCL bank usage on the test set by the tested model (per
+            head).
     """
 
     readout: str
     seed: int
+    n_train: int
     train_loss: list[float]
-    test_loss: list[float]
-    test_acc: list[float]
+    val_loss: list[float]
+    val_acc: list[float]
+    best_epoch: int
+    test_loss: float
+    test_acc: float
+    test_correct: list[int]
     l_q: list[float]
     l_ols: list[float]
     v: list[float]
@@ -229,27 +253,40 @@ class TrainLog:
 
 @dataclass
 class TransformerResult:
-    """Every (variant, seed) run: ``runs[variant]`` lists the seeds' logs in seed order."""
+    """Every (size, variant, seed) run: ``by_size[n][variant]`` lists the seeds' logs in seed
+    order; ``runs`` is ``by_size[settings.n_train]`` (the deciding runs)."""
 
     settings: TransformerSettings
-    runs: dict[str, list[TrainLog]]
+    by_size: dict[int, dict[str, list[TrainLog]]]
     chance: float
     n_classes: int
     source: str
 
-    def per_seed(self, variant: str, field: str, epoch: int | None = None) -> np.ndarray:
-        """(n_seeds,) values of ``field`` for ``variant``: a per-epoch list read after
-        ``epoch`` (1-based; the last when None), a per-head tuple averaged over heads, or a
-        scalar attribute (``min_v``, ``all_finite``)."""
+    @property
+    def runs(self) -> dict[str, list[TrainLog]]:
+        return self.by_size[self.settings.n_train]
+
+    def per_seed(self, variant: str, field: str, n_train: int | None = None) -> np.ndarray:
+        """(n_seeds,) values of ``field`` for ``variant`` at ``n_train`` training images (the
+        deciding size when None): a scalar attribute (``test_acc``, ``best_epoch``,
+        ``min_v``, ``all_finite``), a per-head tuple averaged over heads, or the last value of
+        a per-epoch curve (``train_loss``, ``val_loss``, ``val_acc``)."""
+        logs = self.by_size[self.settings.n_train if n_train is None else n_train][variant]
         out = []
-        for log in self.runs[variant]:
+        for log in logs:
             value = getattr(log, field)
-            if field in ("train_loss", "test_loss", "test_acc"):
-                value = value[-1 if epoch is None else epoch - 1]
-            elif isinstance(value, tuple):
+            if isinstance(value, tuple):
                 value = float(np.mean(value))
+            elif isinstance(value, list):
+                value = value[-1]
             out.append(float(value))
         return np.array(out)
+
+    def per_item(self, variant: str, n_train: int | None = None) -> np.ndarray:
+        """(n_seeds, n_test) 0/1 correctness of ``variant``'s tested models on the test images
+        (the same images, in the same order, for every seed and variant)."""
+        logs = self.by_size[self.settings.n_train if n_train is None else n_train][variant]
+        return np.array([log.test_correct for log in logs], dtype=np.int8)
 
 
 def _standardise(train: torch.Tensor, *others: torch.Tensor) -> list[torch.Tensor]:
@@ -258,15 +295,44 @@ def _standardise(train: torch.Tensor, *others: torch.Tensor) -> list[torch.Tenso
     return [(t - mean) / std for t in (train, *others)]
 
 
-def _evaluate(model: DDCLTransformer, x: torch.Tensor, y: torch.Tensor,
-              batch: int) -> tuple[float, float]:
-    """(cross-entropy, accuracy) of ``model`` on ``x``, ``y`` (evaluation mode)."""
+def _predict(model: DDCLTransformer, x: torch.Tensor, batch: int = 250) -> torch.Tensor:
+    """(N, classes) logits of ``model`` on ``x`` in evaluation mode (training mode after)."""
     model.eval()
     with torch.no_grad():
         logits = torch.cat([model(x[i:i + batch]).logits for i in range(0, len(x), batch)])
     model.train()
+    return logits
+
+
+def _evaluate(model: DDCLTransformer, x: torch.Tensor, y: torch.Tensor,
+              batch: int = 250) -> tuple[float, float]:
+    """(cross-entropy, accuracy) of ``model`` on ``x``, ``y`` (evaluation mode)."""
+    logits = _predict(model, x, batch)
     return (float(nnf.cross_entropy(logits, y)),
             float((logits.argmax(-1) == y).float().mean()))
+
+
+class BestState(nn.Module):
+    """The weights of a model at its lowest validation loss so far (early stopping).
+
+    A module, so that the training loop checkpoints it with the model: a resumed run keeps the
+    best state and its loss (buffer ``best_loss``, inf before the first offer).
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = copy.deepcopy(model)
+        self.register_buffer("best_loss", torch.tensor(float("inf"), dtype=torch.float64))
+
+    @torch.no_grad()
+    def offer(self, model: nn.Module, loss: float) -> bool:
+        """Keep ``model``'s weights when ``loss`` is lower than the best so far (strictly; a
+        NaN never is); True when kept."""
+        if not loss < float(self.best_loss):
+            return False
+        self.model.load_state_dict(model.state_dict())
+        self.best_loss.fill_(loss)
+        return True
 
 
 VARIANTS = ("ddcl", "mean", "block")
@@ -274,19 +340,22 @@ VARIANTS = ("ddcl", "mean", "block")
 
 def train_classifier(s: TransformerSettings, variant: str, data, run: RunDir | None = None,
                      seed: int | None = None) -> TrainLog:
-    """Train one :class:`DDCLTransformer` with CE (+ beta * L_q of its DDCL layer).
+    """Train one :class:`DDCLTransformer` with CE (+ beta * L_q of its DDCL layer) and test the
+    model of its best validation epoch.
 
     ``variant``: "ddcl" (DDCL readout on ``pooled``), "mean" (mean-pool readout), "block"
     (mean-pool readout, DDCL block with residual + LayerNorm after the first encoder layer).
-    ``data`` is ``(x_train, y_train, x_test, y_test)``; ``seed`` (default the first of
-    ``s.seeds``) fixes the initialisation and the batch order, the same for every variant;
-    ``run`` keeps the checkpoints of the loop (:func:`~ddcl_theory.runtime.training.fit`, one
-    round per epoch). AdamW with a cosine decay of the learning rate over all steps.
+    ``data`` is ``(x_train, y_train, x_val, y_val, x_test, y_test)``; ``seed`` (default the
+    first of ``s.seeds``) fixes the initialisation of the encoder and classifier and the batch
+    order, the same for every variant (the DDCL banks' k-means++ draws from a generator of its
+    own); ``run`` keeps the checkpoints of the loop (:func:`~ddcl_theory.runtime.training.fit`,
+    one round per epoch). AdamW with a cosine decay of the learning rate over all steps. The
+    test images are used once, after training.
     """
     if variant not in VARIANTS:
         raise ValueError(f"variant: expected one of {VARIANTS}, got {variant!r}")
     seed = s.seeds[0] if seed is None else seed
-    x_tr, y_tr, x_te, y_te = data
+    x_tr, y_tr, x_va, y_va, x_te, y_te = data
     device = x_tr.device
     gen = profile.seed_everything(seed)
     n_classes = int(y_tr.max()) + 1
@@ -297,7 +366,8 @@ def train_classifier(s: TransformerSettings, variant: str, data, run: RunDir | N
                             readout="ddcl" if variant == "ddcl" else "mean",
                             ddcl_block_after=0 if variant == "block" else None).to(device)
     if variant != "mean":
-        model.init_prototypes_from(x_tr[:200], generator=gen)
+        model.init_prototypes_from(x_tr[:200], generator=torch.Generator().manual_seed(seed))
+    best = BestState(model)
     opt = torch.optim.AdamW(model.parameters(), lr=s.lr, weight_decay=0.0)
     total = s.epochs * math.ceil(len(x_tr) / s.batch_size)
     sched = torch.optim.lr_scheduler.LambdaLR(
@@ -328,68 +398,90 @@ def train_classifier(s: TransformerSettings, variant: str, data, run: RunDir | N
     def end_of_round(_round):
         record = {name: list(values) for name, values in step.items()}
         record["all_finite"] = finite[0]
-        record["test_loss"], record["test_acc"] = _evaluate(model, x_te, y_te, 250)
+        record["val_loss"], record["val_acc"] = _evaluate(model, x_va, y_va)
+        best.offer(model, record["val_loss"])
         for values in step.values():
             values.clear()
         finite[0] = True
         return record
 
     fit_log = fit(model, opt, rounds=s.epochs, batches=batches, loss=loss, device=device,
-                  run=run, name=f"variant={variant},seed={seed}", schedulers=[sched],
-                  generators={"gen": gen}, end_of_round=end_of_round,
-                  desc=f"train {variant} seed {seed}")
+                  run=run, name=f"n={len(x_tr)},variant={variant},seed={seed}",
+                  schedulers=[sched], generators={"gen": gen}, modules={"best": best},
+                  end_of_round=end_of_round, desc=f"train {variant} seed {seed}")
     rounds = fit_log.metrics
-    log = TrainLog(variant, seed,
+    val_loss = [r["val_loss"] for r in rounds]
+    tested = best.model if math.isfinite(float(best.best_loss)) else model
+    logits = _predict(tested, x_te)
+    correct = (logits.argmax(-1) == y_te).to(torch.int64)
+    log = TrainLog(variant, seed, len(x_tr),
                    [sum(c * n for c, n in zip(r["ce"], r["size"])) / sum(r["size"])
                     for r in rounds],
-                   [r["test_loss"] for r in rounds], [r["test_acc"] for r in rounds],
+                   val_loss, [r["val_acc"] for r in rounds],
+                   int(np.nanargmin(val_loss)) + 1 if np.isfinite(val_loss).any() else len(rounds),
+                   float(nnf.cross_entropy(logits, y_te)), float(correct.float().mean()),
+                   correct.cpu().tolist(),
                    *([x for r in rounds for x in r[name]] for name in ("l_q", "l_ols", "v")),
                    all(r["all_finite"] for r in rounds))
-    model.eval()
+    tested.eval()
     with torch.no_grad():
-        if variant == "ddcl":
-            q = model(x_te).ddcl.assignments
-        elif variant == "block":
-            q = model(x_te).block.assignments
-        else:
-            q = None
+        out = tested(x_te)
+        q = out.ddcl.assignments if variant == "ddcl" else \
+            out.block.assignments if variant == "block" else None
     if q is not None:                                     # (B, H, T, K) -> per head
         log.fraction_used = tuple(usage(q[:, h]).fraction_used for h in range(q.shape[1]))
         log.perplexity = tuple(float(perplexity(q[:, h])) for h in range(q.shape[1]))
     return log
 
 
-def transformer_data(s: TransformerSettings) -> tuple[torch.Tensor, ...]:
-    """``(x_train, y_train, x_test, y_test)`` CIFAR-10 patch tokens standardised with training
-    statistics, on the profile's device; and the data's source."""
+def transformer_data(s: TransformerSettings, n_train: int | None = None
+                     ) -> tuple[tuple[torch.Tensor, ...], str]:
+    """``(x_train, y_train, x_val, y_val, x_test, y_test)`` CIFAR-10 patch tokens on the
+    profile's device, and the data's source.
+
+    Training: the first ``n_train`` (default :attr:`~TransformerSettings.n_train`) training
+    images; validation: the ``s.n_val`` training images after the largest training set (no run
+    trains on them); test: the first ``s.n_test`` test images. Standardised with the training
+    images' statistics.
+    """
+    n_train = s.n_train if n_train is None else n_train
     data = load_cifar10()
-    x_tr = cifar_patch_tokens(data.x_train[: s.n_train], s.patch)
+    stop = s.n_train + s.n_val
+    if stop > len(data.x_train):
+        raise ValueError(f"s: train_sizes[-1] + n_val = {stop} exceeds the "
+                         f"{len(data.x_train)} training images")
+    x_tr = cifar_patch_tokens(data.x_train[:n_train], s.patch)
+    x_va = cifar_patch_tokens(data.x_train[s.n_train:stop], s.patch)
     x_te = cifar_patch_tokens(data.x_test[: s.n_test], s.patch)
-    x_tr, x_te = _standardise(x_tr, x_te)
-    y_tr = torch.from_numpy(data.y_train[: s.n_train])
-    y_te = torch.from_numpy(data.y_test[: s.n_test])
+    x_tr, x_va, x_te = _standardise(x_tr, x_va, x_te)
+    labels = (data.y_train[:n_train], data.y_train[s.n_train:stop], data.y_test[: s.n_test])
+    y_tr, y_va, y_te = (torch.from_numpy(np.ascontiguousarray(y)) for y in labels)
     device = profile.current().device
-    return tuple(t.to(device) for t in (x_tr, y_tr, x_te, y_te)), data.source
+    return tuple(t.to(device) for t in (x_tr, y_tr, x_va, y_va, x_te, y_te)), data.source
 
 
 def run_transformer(settings: TransformerSettings | None = None) -> TransformerResult:
     """Train the three :data:`VARIANTS` of the Transformer on CIFAR-10 patch tokens, once per
-    seed (seed s gives every variant the same initialisation stream and batch order).
+    seed and training-set size (seed s gives every variant the same initialisation of the
+    encoder and classifier and the same batch order).
 
-    In the reference and paper profiles each finished (variant, seed) run is checkpointed
-    (:class:`RunDir`), so a killed run resumes at the next one (each run seeds itself: same
-    numbers).
+    In the reference and paper profiles each finished (size, variant, seed) run is
+    checkpointed (:class:`RunDir`), so a killed run resumes at the next one (each run seeds
+    itself: same numbers).
     """
     s = settings or TransformerSettings.from_profile()
-    tensors, source = transformer_data(s)
     ckpt = RunDir("ddcl_transformer", s)
-    runs = {v: [ckpt.unit(f"variant={v},seed={seed}",
-                          functools.partial(train_classifier, s, v, tensors, ckpt, seed))
-                for seed in s.seeds]
-            for v in VARIANTS}
+    by_size: dict[int, dict[str, list[TrainLog]]] = {}
+    for n in s.train_sizes:
+        tensors, source = transformer_data(s, n)
+        by_size[n] = {v: [ckpt.unit(f"n={n},variant={v},seed={seed}",
+                                    functools.partial(train_classifier, s, v, tensors, ckpt,
+                                                      seed))
+                          for seed in s.seeds]
+                      for v in VARIANTS}
     ckpt.finish()
     n_classes = int(tensors[1].max()) + 1
-    return TransformerResult(s, runs, 1.0 / n_classes, n_classes, source)
+    return TransformerResult(s, by_size, 1.0 / n_classes, n_classes, source)
 
 
 # ------------------------------------------------------------------------- operation counts

@@ -10,6 +10,8 @@
 
 The "mean" readout is the baseline with the same encoder: it differs only in the pooling. The
 optional DDCL block shows the layer used inside the stack, its ``.output`` feeding the next layer.
+Under one seed (``torch.manual_seed``) every variant gets the same encoder and classifier
+initialisation: the DDCL parts are built last.
 """
 from __future__ import annotations
 
@@ -72,16 +74,18 @@ class DDCLTransformer(nn.Module):
             nn.TransformerEncoderLayer(dim, attn_heads, dim_feedforward=ff_mult * dim,
                                        dropout=dropout, batch_first=True, norm_first=True)
             for _ in range(depth))
+        self.encoder_norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, num_classes)
+        # The DDCL parts draw their random initialisation last, so that under one seed every
+        # variant (readout, block, neither) starts from the same encoder and classifier.
         self.block = (DDCLAttention(dim, num_prototypes, heads=ddcl_heads, temperature=temperature,
                                     residual=True, norm=True)
                       if ddcl_block_after is not None else None)
-        self.encoder_norm = nn.LayerNorm(dim)
         if readout == "ddcl":
             self.pool = DDCLAttention(dim, num_prototypes, heads=ddcl_heads,
                                       temperature=temperature, residual=True, norm=True)
         else:
             self.pool = nn.LayerNorm(dim)
-        self.head = nn.Linear(dim, num_classes)
 
     def encode_with_block(self, x: Tensor, mask: Tensor | None = None
                           ) -> tuple[Tensor, DDCLOutput | None]:

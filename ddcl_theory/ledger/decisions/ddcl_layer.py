@@ -3,9 +3,10 @@
 
 Reads the chapter's computations by attribute: the D1 checks on one forward pass, the operation
 counts (``seq_lens``, ``ddcl``, ``attention``) and the stored benchmark numbers (D2), the logs of
-the Transformer runs (``runs[variant]``, one log per seed, and ``per_seed``; ``chance``; decided
-by the registry's D15 rule, :func:`ddcl_theory.ledger.claims.rule_of`) and the patch-prototype
-result (``r2``, ``mean_top2``).
+the Transformer runs (``runs[variant]``, one log per seed, ``per_seed`` and the per-test-item
+correctness ``per_item``; ``chance``; decided by the registry's D15 rule,
+:func:`ddcl_theory.ledger.claims.rule_of`) and the patch-prototype result (``r2``,
+``mean_top2``).
 """
 from __future__ import annotations
 
@@ -13,23 +14,21 @@ import numpy as np
 
 from ddcl_theory.ledger import stats
 from ddcl_theory.ledger.claims import rule_of
-from ddcl_theory.ledger.report import below
+from ddcl_theory.ledger.design import Gate
+from ddcl_theory.ledger.report import below, interval_text
 from ddcl_theory.ledger.tolerance import Tolerance
 from ddcl_theory.ledger.verdict import Verdict, decided_by
 from ddcl_theory.metrics.convergence import convergence
 
-#: Plateau rule of the D15 runs: the mean held-out cross-entropy (the test images after each
-#: epoch: the run's validation curve, as the evidence standard asks) of the last two epochs
-#: within 5% of the two before (the house rule's defaults, :mod:`ddcl_theory.metrics.convergence`).
-#: The training curve is read beside it: a block run that overfits keeps lowering its training
-#: loss while its held-out loss and accuracy stay put.
-PLATEAU_REL, PLATEAU_WINDOW = 0.05, 2
-
-#: D15 quotes seed means of test accuracy and their t intervals. Measured in the cpu run (3
-#: seeds): the seeds' accuracies spread by an sd of about 0.03, so three standard errors of the
-#: mean are about 0.05; the ends of a 3-seed t interval move with the spread itself, hence 0.08.
-D15_TOLERANCE = Tolerance(abs=0.08, rel=0.25, reason="seed means (3 standard errors of the "
-                          "3-seed mean about 0.05) and t intervals of test accuracy")
+#: D15 quotes seed means of test accuracy and bootstrap intervals of paired differences.
+#: Measured in the cpu run (3 seeds, 100 test images): the seeds' test accuracies spread by an
+#: sd of 0.01 to 0.02, so three standard errors of a 3-seed mean are about 0.03, and the
+#: interval ends move with them; counts of 3 runs per arm (still improving) and the seeds a
+#: spread asks for may move by 2 (``count_allowance(0, 3)``).
+D15_TOLERANCE = Tolerance(abs=0.04, rel=0.1, count_abs=2,
+                          reason="3-seed means of test accuracy (3 standard errors about 0.03) "
+                                 "and bootstrap interval ends; counts of 3 runs and seeds "
+                                 "needed by 2 (count_allowance(0, 3))")
 
 D1_RULE = ("confirmed: min q >= 0, max |sum_k q - 1| < 1e-6, max |mu - qP| < 1e-5, the "
            "distance-softmax reproduced to 1e-6, mu inside the bank's box, state unchanged")
@@ -88,110 +87,140 @@ def decide_d2(counts, *, slope_ddcl: float, slope_sdpa: float, ratio_at: dict,
         rule=D2_RULE)
 
 
-def _interval(values: np.ndarray) -> stats.Interval:
-    """95% one-sample t interval of the mean of ``values`` (a point when one seed ran)."""
+#: The D15 arms: variant -> its name in the evidence ("mean" is the encoder without DDCL).
+D15_ARMS = {"ddcl": "readout", "block": "block", "mean": "mean pool"}
+#: The per-item values behind each D15 test, in the rule's order: (variant, baseline), the
+#: baseline None for accuracy - chance.
+D15_CONTRASTS = (("ddcl", "mean"), ("block", "mean"), ("ddcl", None), ("block", None))
+#: Resamples of the two-stage bootstrap (seeds, then test items within each seed).
+D15_RESAMPLES = 4000
+#: The gate on each deciding run: its validation cross-entropy has stopped falling, the mean of
+#: its last two epochs no more than 5% below the two before (the house's plateau windows,
+#: :mod:`ddcl_theory.metrics.convergence`, read one-sided: a curve that rises after its
+#: optimum has been caught by early stopping).
+D15_GATE_REL, D15_GATE_WINDOW = 0.05, 2
+
+
+def d15_stopped_falling(curve) -> bool:
+    """Whether a validation curve (per epoch) has stopped falling by the D15 gate."""
+    c = convergence(curve, rel=D15_GATE_REL, window=D15_GATE_WINDOW)
+    return c.plateau or (np.isfinite(c.change) and c.change > 0)
+
+
+def _per_item(result, contrast, n_train=None) -> np.ndarray:
+    """(n_seeds, n_test) per-item values of one D15 contrast at ``n_train`` images."""
+    variant, baseline = contrast
+    ours = result.per_item(variant, n_train).astype(float)
+    return ours - (result.chance if baseline is None else result.per_item(baseline, n_train))
+
+
+def _bootstrap(values: np.ndarray) -> tuple[stats.Interval, float]:
+    """(two-stage bootstrap interval of the grand mean, sd over seeds of the seed means) of
+    (n_seeds, n_items) values; a point and no spread for one seed."""
+    means = values.mean(1)
+    method = "bootstrap over seeds and items"
     if len(values) < 2:
-        m = float(np.mean(values))
-        return stats.Interval(m, m, m, len(values), "one-sample t")
-    return stats.one_sample_t(values)
+        m = float(means.mean())
+        return stats.Interval(m, m, m, 1, method), float("nan")
+    iv = stats.bootstrap_seeds_items(list(values), n_resamples=D15_RESAMPLES, seed=0)
+    return iv, float(np.std(means, ddof=1))
 
 
-def d15_trend(result, variant: str) -> dict[str, list[float]]:
-    """{"<e> epochs": [estimate, low, high]} of test accuracy - chance of ``variant`` after each
-    epoch of ``result.settings.scales`` (checkpoints of the same runs)."""
+def d15_trend(result, test: int) -> dict[str, list[float]]:
+    """{"<n> images": [estimate, low, high]} of D15 test ``test`` (0-based, the rule's order)
+    at each training-set size of ``result.settings.train_sizes`` (separate runs)."""
     out = {}
-    for epoch in result.settings.scales:
-        iv = _interval(result.per_seed(variant, "test_acc", epoch) - result.chance)
-        out[f"{epoch} epochs"] = [round(iv.estimate, 4), round(iv.low, 4), round(iv.high, 4)]
+    for n in result.settings.train_sizes:
+        iv, _ = _bootstrap(_per_item(result, D15_CONTRASTS[test], n))
+        out[f"{n:,} images"] = [round(iv.estimate, 4), round(iv.low, 4), round(iv.high, 4)]
     return out
 
 
 def decide_d15(result) -> Verdict:
-    """D15 (the layer trains end to end, as a readout and as a block) by the registry's rule.
+    """D15 (the residual + LayerNorm layer drops into a Transformer) by the registry's rule.
 
     ``result`` is a :class:`~ddcl_theory.experiments.ddcl_layer.TransformerResult`-like object:
-    ``settings`` (``seeds``, ``epochs``, ``n_train``, ``n_test``, ``scales``), ``runs[variant]``
-    (logs with ``all_finite``, ``min_v``, ``train_loss``), ``chance`` and ``per_seed(variant,
-    field, epoch=None)``. The word is ``rule_of("D15").decide`` on the one-sample t intervals of
-    test accuracy - chance of the readout and of the block at the last epoch; then the gates:
-    a non-finite loss or V < 0 at some step -> ``not reproduced`` (the rule's requirement); a
-    deciding run (readout or block) whose held-out cross-entropy (its validation curve) did not
-    reach its plateau (:func:`~ddcl_theory.metrics.convergence.convergence`, stated rel and
-    window) -> ``inconclusive``. The training-curve reading is counted beside it.
+    ``settings`` (``seeds``, ``epochs``, ``n_train``, ``n_val``, ``n_test``,
+    ``train_sizes``), ``runs[variant]`` (logs with ``all_finite``, ``min_v``, ``val_loss``,
+    ``best_epoch``), ``chance``, ``per_seed(variant, field, n_train=None)`` and
+    ``per_item(variant, n_train=None)`` ((n_seeds, n_test) 0/1 correctness on the test images).
+
+    The tests of ``rule_of("D15")`` are decided on two-stage bootstrap intervals over seeds and
+    test items; the gate: every deciding run's validation cross-entropy stopped falling
+    (:func:`d15_stopped_falling`); the rule's requirement: a non-finite loss or V < 0 at some
+    step of some run makes the word ``not reproduced``.
     """
     rule = rule_of("D15")
     st, chance = result.settings, result.chance
-    deciding = ("ddcl", "block")
-    excess = {k: result.per_seed(k, "test_acc") - chance for k in deciding}
-    intervals = [_interval(excess[k]) for k in deciding]
-    word = rule.decide(intervals)
-    logs = [log for k in result.runs for log in result.runs[k]]
+    boot = [_bootstrap(_per_item(result, c)) for c in D15_CONTRASTS]
+    results = rule.evaluate(boot)
+    logs = [log for k in D15_ARMS for log in result.runs[k]]
     finite = all(log.all_finite for log in logs)
-    v_ok = all(log.min_v >= 0 for k in deciding for log in result.runs[k])
-    def still_moving(curve: str) -> dict[str, int]:
-        return {k: sum(not convergence(getattr(log, curve), rel=PLATEAU_REL,
-                                       window=PLATEAU_WINDOW).plateau for log in result.runs[k])
-                for k in deciding}
-
-    moving, moving_train = still_moving("test_loss"), still_moving("train_loss")
-    unfinished = sum(moving.values())
-    n_runs = sum(len(result.runs[k]) for k in deciding)
+    v_ok = all(log.min_v >= 0 for k in ("ddcl", "block") for log in result.runs[k])
+    falling = {k: sum(not d15_stopped_falling(log.val_loss) for log in result.runs[k])
+               for k in D15_ARMS}
+    n = len(st.seeds)
+    still = ", ".join(f"{D15_ARMS[k]} {falling[k]} of {n}" for k in D15_ARMS)
+    gate = Gate("validation optimum", not any(falling.values()),
+                f"runs whose validation cross-entropy was still falling at the last epoch: {still}"
+                + ("" if not any(falling.values()) else
+                   "; more epochs would let them reach their optimum"))
+    names = [f"{D15_ARMS[c[0]]} - {'chance' if c[1] is None else D15_ARMS[c[1]]}"
+             for c in D15_CONTRASTS]
+    word = rule.word(results, (gate,))
     reasons = []
     if not (finite and v_ok):
         word = "not reproduced"
         reasons.append("a loss was not finite or V < 0 at some step (the rule's requirement)")
-    elif unfinished:
-        word = "inconclusive"
-        reasons.append("deciding runs had not reached the plateau of their held-out "
-                       "cross-entropy")
-    n = len(st.seeds)
-    if n < rule.n_seeds:
-        reasons.append(f"{n} seeds, fewer than the rule's {rule.n_seeds}")
-    names = {"ddcl": "readout", "block": "block"}
-    mde = {k: (stats.detectable_effect_of(excess[k]) if n >= 2 else float("nan"))
-           for k in deciding}
-    binding = min(range(2), key=lambda i: intervals[i].low - rule.tests[i].margin)
-    mean_acc = {k: float(np.mean(result.per_seed(k, "test_acc"))) for k in result.runs}
-    sd_acc = {k: (float(np.std(result.per_seed(k, "test_acc"), ddof=1)) if n >= 2 else 0.0)
-              for k in result.runs}
+    else:
+        failed = [name for name, t in zip(names, results) if t.word == "not reproduced"]
+        if failed:
+            reasons.append("the interval of " + " and of ".join(failed) + " lies below "
+                           + ("its SESOI" if len(failed) == 1 else "their SESOIs"))
+        if not gate.passed:
+            reasons.append("a deciding run had not reached its validation optimum")
+        if n < rule.n_seeds:
+            reasons.append(f"{n} seeds, fewer than the rule's {rule.n_seeds}")
+    binding = rule.binding(results)
+    acc = {k: result.per_seed(k, "test_acc") for k in D15_ARMS}
+    mean_acc = {k: float(np.mean(v)) for k, v in acc.items()}
+    sd_acc = {k: float(np.std(v, ddof=1)) if n >= 2 else 0.0 for k, v in acc.items()}
+    best = {k: result.per_seed(k, "best_epoch") for k in D15_ARMS}
+    shown = "; ".join(f"{D15_ARMS[k]} {mean_acc[k]:.3f} +- {sd_acc[k]:.3f}" for k in D15_ARMS)
+    tests_text = "; ".join(f"{name} {interval_text(t)} ({t.word})"
+                           for name, t in zip(names, results))
     evidence = (
-        "Two nn.TransformerEncoderLayer + two-head DDCL layer (residual + LayerNorm), trained "
-        f"from scratch on CIFAR-10 patch tokens ({st.epochs} epochs, cosine learning rate, "
-        f"{st.n_train:,} training and {st.n_test:,} test images, {n} seeds), as readout (linear "
-        "head on pooled) and as a block between the encoder layers. Test accuracy - chance "
-        f"({chance:.2f}), mean over seeds with its 95% one-sample t interval: "
-        + "; ".join(f"{names[k]} {iv.estimate:+.3f} [{iv.low:+.3f}, {iv.high:+.3f}] (smallest "
-                    f"detectable effect {mde[k]:.3f})" for k, iv in zip(deciding, intervals))
-        + f"; margin {rule.tests[0].margin:g}. Losses finite at every step: {finite}; V >= 0 at "
-        f"every step: {v_ok}. Deciding runs still moving by the plateau rule "
-        f"({PLATEAU_WINDOW}-epoch windows, rel {PLATEAU_REL:g}) on their held-out "
-        f"cross-entropy (the deciding curve): readout {moving['ddcl']}, block {moving['block']} "
-        f"of {n_runs // 2} each; on their training cross-entropy: readout "
-        f"{moving_train['ddcl']}, block {moving_train['block']}"
-        + (" (a training curve still falling while the held-out one is flat is fitting the "
-           "training images, not unfinished learning)"
-           if sum(moving_train.values()) > unfinished else "")
-        + f". Mean-pool readout of the same encoder "
-        f"{mean_acc['mean']:.3f} +- {sd_acc['mean']:.3f}. "
-        + (f"Why {word}: {'; '.join(reasons)}. " if reasons and word != "reproduced" else "")
-        + "The paper gives no number: trainability only, not accuracy.")
+        "Two pre-norm nn.TransformerEncoderLayer on CIFAR-10 patch tokens, trained from "
+        f"scratch ({st.epochs} epochs, cosine learning rate, {st.n_train:,} training images, "
+        f"{n} seeds), with the two-head DDCL layer (residual + LayerNorm) as readout (linear "
+        "head on pooled) or as a block between the encoder layers (mean pooling after), "
+        "against the same encoder with mean pooling; every run is tested at its best epoch on "
+        f"{st.n_val:,} validation images carved from the training split, on {st.n_test:,} test "
+        f"images. Test accuracy: {shown} (mean +- sd over seeds; chance {chance:.2f}). "
+        f"Paired differences, 95% bootstrap over seeds and test items: {tests_text}. Losses "
+        f"finite at every step: {finite}; V >= 0 at every step: {v_ok}. {gate.detail.capitalize()}"
+        "." + (f" Why {word}: {'; '.join(reasons)}." if reasons and word != "reproduced" else "")
+        + " The paper gives no number.")
+    trends = {"readout - mean pool": d15_trend(result, 0),
+              "block - mean pool": d15_trend(result, 1)}
+    per_seed = {t.statistic: np.round(values.mean(1), 6).tolist()
+                for t, values in zip(rule.tests, (_per_item(result, c) for c in D15_CONTRASTS))}
+    per_seed.update({f"test correct per item, {D15_ARMS[k]}": result.per_item(k).tolist()
+                     for k in D15_ARMS})
     return Verdict(
         "D15", word, evidence,
-        our_value=f"acc readout {mean_acc['ddcl']:.3f} +- {sd_acc['ddcl']:.3f}, block "
-                  f"{mean_acc['block']:.3f} +- {sd_acc['block']:.3f}, mean pool "
-                  f"{mean_acc['mean']:.3f} +- {sd_acc['mean']:.3f} ({n} seeds), chance "
-                  f"{chance:.2f}",
+        our_value="test accuracy, readout - mean pool "
+                  f"{interval_text(results[0], '+.3f')}, block - mean pool "
+                  f"{interval_text(results[1], '+.3f')} ({n} seeds)",
         numbers={"test_acc": mean_acc, "test_acc_sd": sd_acc, "chance": chance,
-                 "intervals": {names[k]: iv.as_list() for k, iv in zip(deciding, intervals)},
-                 "detectable": {names[k]: mde[k] for k in deciding},
-                 "finite": finite, "v_nonnegative": v_ok, "unfinished": unfinished,
-                 "unfinished_by_arm": {names[k]: moving[k] for k in deciding},
-                 "unfinished_training_curve": {names[k]: moving_train[k] for k in deciding},
-                 "deciding_runs": n_runs,
-                 "trend_block": d15_trend(result, "block")},
-        rule=rule.text, n_seeds=n, interval=tuple(intervals[binding].as_list()),
-        scale=f"{st.epochs} epochs, {st.n_train} images", trend=d15_trend(result, "ddcl"),
-        tolerance=D15_TOLERANCE)
+                 "best_epoch_mean": {k: float(np.mean(v)) for k, v in best.items()},
+                 "finite": finite, "v_nonnegative": v_ok, "still_falling": falling,
+                 "trends": trends},
+        rule=rule.text, n_seeds=n, interval=tuple(results[binding].interval),
+        scale=f"{st.n_train:,} training images, {st.epochs} epochs",
+        trend=list(trends.values())[binding] if binding < 2 else d15_trend(result, binding),
+        tolerance=D15_TOLERANCE,
+        tests=tuple(results), gates=(gate,), per_seed=per_seed)
 
 
 def decide_d16(patch) -> Verdict:
