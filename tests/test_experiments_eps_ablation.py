@@ -1,4 +1,5 @@
-"""The learning-rate-ratio ablation (D9): collapse rule, optimiser groups, a tiny sweep."""
+"""The learning-rate-ratio ablation (D9): collapse rule, optimiser groups, the cosine schedule,
+a tiny sweep, separate runs per run length."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,6 +10,8 @@ import torch
 
 from ddcl_theory.experiments import eps_ablation as ea
 from ddcl_theory.metrics import prototypes as protos
+from ddcl_theory.runtime import profile
+from ddcl_theory.runtime.settings import confirmatory_seeds
 
 from _killers import killing_fit
 
@@ -55,6 +58,10 @@ def test_settings_validation():
         ea.AblationSettings(eps_values=(0.0, 1.0))
     with pytest.raises(ValueError, match="epochs"):
         ea.AblationSettings(epochs=0)
+    with pytest.raises(ValueError, match="final_lr_fraction"):
+        ea.AblationSettings(final_lr_fraction=0.0)
+    with pytest.raises(ValueError, match="final_lr_fraction"):
+        ea.AblationSettings(final_lr_fraction=1.5)
 
 
 @pytest.mark.parametrize("optimiser", ea.OPTIMISERS)
@@ -96,13 +103,68 @@ def test_tiny_ablation_run_finishes_with_finite_histories():
     assert 0.0 <= res.collapse_fraction(1.0) <= 1.0
 
 
-def test_main_sweep_has_the_rule_eps_and_seeds_and_three_run_lengths():
+def test_sweeps_have_the_rule_eps_and_three_run_lengths():
     main = ea.AblationSettings.from_profile()
-    assert {0.1, 1.0} <= set(main.eps_values) and len(main.seeds) == 10
+    assert {0.01, 0.1, 1.0} <= set(main.eps_values) and len(main.eps_values) == 6
     assert len(main.scales) == 3 and main.scales[-1] == main.epochs
     assert ea.AblationSettings(epochs=48).scales == (12, 24, 48)
     sgd = ea.SGDAblationSettings.from_profile(lr_p=0.3)
-    assert sgd.optimiser == "sgd" and sgd.lr_p == 0.3 and len(sgd.eps_values) == 6
+    assert sgd.optimiser == "sgd" and sgd.lr_p == 0.3 and ea.SGDAblationSettings().lr_p == 1.0
+
+
+@pytest.mark.parametrize("name", ["cpu", "reference"])
+def test_both_readings_share_eps_seeds_lengths_and_schedule_in_every_profile(name):
+    prof = profile.Profile(name, "cpu")
+    adam, sgd = ea.AblationSettings.for_profile(prof), ea.SGDAblationSettings.for_profile(prof)
+    for field in ("eps_values", "seeds", "epochs", "final_lr_fraction", "n_train_per_class"):
+        assert getattr(adam, field) == getattr(sgd, field), field
+    if name == "reference":             # confirmatory: the rule's seeds, none of a pilot's
+        assert adam.seeds == confirmatory_seeds(ea.CONFIRMATORY_SEEDS) and adam.epochs == 48
+    else:
+        assert max(adam.seeds) < 1000
+
+
+# ---------------------------------------------------------------------------- schedule
+
+def test_cosine_factor_falls_from_one_to_the_final_fraction():
+    total, final = 40, 0.01
+    values = [ea.cosine_factor(k, total, final) for k in range(total + 3)]
+    assert values[0] == pytest.approx(1.0) and values[total] == pytest.approx(final)
+    assert values[total // 2] == pytest.approx((1 + final) / 2)
+    assert all(a > b for a, b in zip(values[:total], values[1:total + 1]))   # strictly falls
+    assert values[total + 2] == pytest.approx(final)                          # then stays
+    assert ea.cosine_factor(7, 10, 1.0) == pytest.approx(1.0)                 # constant rate
+    with pytest.raises(ValueError, match="final"):
+        ea.cosine_factor(0, 10, 0.0)
+
+
+@pytest.mark.parametrize("optimiser", ea.OPTIMISERS)
+def test_both_rates_decay_together_so_their_ratio_stays_eps(optimiser):
+    s = dataclasses.replace(TINY, optimiser=optimiser, epochs=3, final_lr_fraction=0.05)
+    model = ea.JointModel(12, s, 2)
+    opts = ea._optimisers(model, s, eps=0.3)
+    scheds = ea._schedulers(opts, s, steps_per_epoch=4)
+    lrs = []
+    for _ in range(3 * 4):
+        for o in opts:
+            o.step()
+        for sc in scheds:
+            sc.step()
+        lrs.append([o.param_groups[0]["lr"] for o in opts])
+    lrs = np.array(lrs)
+    np.testing.assert_allclose(lrs[:, 1] / lrs[:, 0], 0.3)
+    assert lrs[-1, 0] == pytest.approx(0.05 * s.lr_p) and np.all(np.diff(lrs[:, 0]) < 0)
+
+
+def test_run_lengths_are_separate_runs_each_with_its_own_schedule():
+    s = dataclasses.replace(TINY, epochs=4, eps_values=(0.1,))
+    sweep = ea.run_scales(s)
+    assert sorted(sweep.by_length) == [1, 2, 4] and sweep.longest is sweep.by_length[4]
+    for length, res in sweep.by_length.items():
+        assert res.settings.epochs == length and len(res.runs[0].separation) == length + 1
+    short, long = sweep.by_length[2].runs[0], sweep.by_length[4].runs[0]
+    assert short.separation[0] == long.separation[0]       # the same seed's start
+    assert short.separation[2] != long.separation[2]       # a faster decay, not a checkpoint
 
 
 def test_prototypes_blind_to_task_variant_runs():

@@ -120,7 +120,7 @@ def test_ledger_without_larger_scales_has_only_cpu_rows(tmp_path):
     ledger = claims.build_ledger(tmp_path / "results" / "verdicts")
     by_id = {r["id"]: r for r in ledger}
     assert not claims.has_reference_profile(ledger) and "verdict_from" not in by_id["D9"]
-    assert by_id["D9"]["rule"] == claims.RULES["D9"].text
+    assert by_id["D9"]["rule"] == claims.rule_of("D9").text
     assert by_id["D9"]["recorded_rule"] == "old rule" and by_id["D9"]["n_seeds"] == 3
     assert by_id["D9"]["interval"] is None and by_id["D9"]["trend"] is None
     assert "rule" not in by_id["D3"]                      # proofs carry no empirical fields
@@ -131,7 +131,7 @@ def test_ledger_takes_the_verdict_from_the_largest_scale_that_ran(tmp_path):
     results = tmp_path / "results"
     _settle(results / "verdicts", "a", {"D9": "qualified", "D11": "not reproduced",
                                         "L6": "reproduced"})
-    decision = {"rule": claims.RULES["D9"].text, "n_seeds": 10, "interval": [0.1, 0.4],
+    decision = {"rule": claims.rule_of("D9").text, "n_seeds": 10, "interval": [0.1, 0.4],
                 "scale": "2000 steps", "trend": {"500 steps": 0.05, "2000 steps": 0.25}}
     _settle(results / "reference" / "verdicts", "a", {"D9": "reproduced",
                                                       "D11": "inconclusive"}, decision)
@@ -159,7 +159,8 @@ def test_ledger_takes_the_verdict_from_the_largest_scale_that_ran(tmp_path):
     assert "**Evidence of record (reference run).**" in d9_entry
     assert "**cpu run (exploratory):** {verdict}`qualified` a value" in d9_entry
     assert d9_entry.count("a value") == 1 + d9_entry.count("**Ours:**")   # each said once
-    assert "500 steps: 0.05" in d9_entry and "10 seed(s) (the rule asks 10)" in d9_entry
+    asks = claims.rule_of("D9").n_seeds
+    assert "500 steps: 0.05" in d9_entry and f"10 seed(s) (the rule asks {asks})" in d9_entry
 
 
 def test_reference_column_can_be_switched_off(tmp_path, monkeypatch):

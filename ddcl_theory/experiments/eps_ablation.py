@@ -6,8 +6,12 @@ PCA-reduced CIFAR-10 patch tokens, finds its equilibria in float64 and computes 
 Joint training of a per-token MLP encoder, a one-head DDCL layer and a linear classifier on the
 layer's ``pooled`` output, on CIFAR-10 patch tokens. Loss = cross-entropy + lam * L_q. Two
 optimisers: the prototypes with learning rate ``lr_p``; everything else (encoder, the layer's
-projections, the head) with ``lr_theta = eps * lr_p``. Per epoch we record the prototype
+projections, the head) with ``lr_theta = eps * lr_p``. Both rates follow one cosine decay from
+their start to ``final_lr_fraction`` of it at the last step (:func:`cosine_factor`), so the ratio
+stays ``eps`` throughout and the separation can settle. Per epoch we record the prototype
 separation (min pairwise distance), V, L_q, the assignment perplexity and the test accuracy.
+:func:`run` trains one sweep at one run length; :func:`run_scales` trains the same sweep at
+three run lengths, each with its own schedule (the scale trend).
 
 Collapse rule (stated once, used everywhere): a run has collapsed at an epoch when
 
@@ -19,6 +23,7 @@ and a run "collapses" when its last epoch satisfies the rule.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,16 +36,18 @@ from ddcl_theory.metrics import prototypes as protos
 from ddcl_theory.models.mlp import TokenMLP
 from ddcl_theory.runtime import profile
 from ddcl_theory.runtime.rundir import RunDir
-from ddcl_theory.runtime.settings import Settings, setting
+from ddcl_theory.runtime.settings import Settings, confirmatory_seeds, setting
 from ddcl_theory.runtime.progress import progress
 from ddcl_theory.runtime.training import fit
 from ddcl_theory.theory import coupled_model as cm
 from ddcl_theory.theory import timescales as ts
 
 COLLAPSE_SEPARATION_RATIO = 0.05
-#: The eps of the main (Adam) sweep: the two of the D9 rule (0.1 and 1) and two beside.
-MAIN_EPS = (0.01, 0.1, 0.5, 1.0)
+#: The eps of every sweep: the three of the D9 rule (0.01, 0.1 and 1) and three between.
+MAIN_EPS = (0.01, 0.03, 0.1, 0.3, 0.5, 1.0)
 COLLAPSE_PERPLEXITY = 1.5
+#: Seeds of the confirmatory (reference) sweeps, from the power analysis of the D9 rule.
+CONFIRMATORY_SEEDS = 40
 OPTIMISERS = ("sgd", "adam")
 
 
@@ -103,12 +110,16 @@ def cifar_tokens(n_train_per_class: int, n_test: int, *, patch: int = 8,
 
 @dataclass(frozen=True)
 class AblationSettings(Settings):
-    """The main (Adam) sweep of D9: the rule's 10 seeds at eps 0.01, 0.1, 0.5 and 1, 256
-    training images; cpu 12 epochs, reference 48 (run lengths 12, 24, 48), paper 48 on 2,000
-    images (paper smoke test: one seed, one epoch)."""
+    """The Adam sweep of D9 at eps 0.01 to 1, 256 training images; cpu 16 epochs and 5 seeds
+    (a pilot), reference 48 epochs (run lengths 12, 24, 48) on the rule's confirmatory seeds,
+    paper 48 on 2,000 images (paper smoke test: one seed, one epoch). Both learning rates decay
+    by one cosine to ``final_lr_fraction`` of their start."""
 
     eps_values: tuple[float, ...] = setting(MAIN_EPS, gt=0, nonempty=True)
-    seeds: tuple[int, ...] = setting(tuple(range(10)), smoke=(0,), ge=0, nonempty=True)
+    seeds: tuple[int, ...] = setting(tuple(range(5)),
+                                     reference=confirmatory_seeds(CONFIRMATORY_SEEDS),
+                                     paper=confirmatory_seeds(CONFIRMATORY_SEEDS),
+                                     smoke=confirmatory_seeds(1), ge=0, nonempty=True)
     classes: tuple[int, ...] = setting((0, 6), ge=0, nonempty=True)
     n_train_per_class: int = setting(128, paper=1000, ge=1)
     n_test: int = setting(500, paper=1000, ge=1)
@@ -120,28 +131,36 @@ class AblationSettings(Settings):
     lam: float = setting(1.0, ge=0)
     lr_p: float = setting(0.01, gt=0)
     optimiser: str = setting("adam", choices=OPTIMISERS)
-    epochs: int = setting(12, reference=48, paper=48, smoke=1, ge=1)
+    epochs: int = setting(16, reference=48, paper=48, smoke=1, ge=1)
     batch_size: int = setting(64, ge=1)
+    final_lr_fraction: float = setting(0.01, gt=0, le=1)
     prototypes_see_task: bool = setting(True)
 
     @property
     def scales(self) -> tuple[int, ...]:
-        """The three run lengths of the D9 trend: checkpoints after a quarter, a half and all of
-        the epochs (fewer when the run is shorter than four epochs)."""
+        """The three run lengths of the D9 trend, each trained with its own schedule by
+        :func:`run_scales`: a quarter, a half and all of ``epochs`` (fewer when ``epochs`` is
+        below four)."""
         return tuple(sorted({max(1, self.epochs // 4), max(1, self.epochs // 2), self.epochs}))
 
 
 @dataclass(frozen=True)
 class SGDAblationSettings(AblationSettings):
-    """A plain-SGD sweep shown beside D9 (the setting of the discrete analysis): every eps of
-    the grid, 3 seeds, 12 epochs, in every profile but the smoke test; ``lr_p`` is the
-    prototypes' step size (the chapter sweeps two)."""
+    """The plain-SGD sweep of D9 (the setting of the discrete analysis): the same eps, seeds,
+    run lengths and schedule as the Adam sweep; ``lr_p`` is the prototypes' step size (the
+    chapter sweeps two)."""
 
-    eps_values: tuple[float, ...] = setting((0.01, 0.03, 0.1, 0.3, 0.5, 1.0), gt=0,
-                                            nonempty=True)
-    seeds: tuple[int, ...] = setting((0, 1, 2), smoke=(0,), ge=0, nonempty=True)
     optimiser: str = setting("sgd", choices=OPTIMISERS)
-    epochs: int = setting(12, smoke=1, ge=1)
+    lr_p: float = setting(1.0, gt=0)
+
+
+@dataclass(frozen=True)
+class SGDBesideSettings(SGDAblationSettings):
+    """A second plain-SGD sweep, at the prototypes' step eta_P = 0.3, trained at the longest run
+    length only: beside the one at eta_P = 1, it shows whether the critical ratio or the
+    critical encoder step eps * eta_P stays put (the discrete analysis of D8)."""
+
+    lr_p: float = setting(0.3, gt=0)
 
 
 @dataclass
@@ -226,6 +245,20 @@ class AblationResult:
         return None
 
 
+@dataclass
+class ScaleSweep:
+    """One sweep trained at each run length of ``settings.scales``, each with its own schedule
+    (:func:`run_scales`): ``by_length[epochs]`` is that length's :class:`AblationResult`."""
+
+    settings: AblationSettings
+    by_length: dict[int, AblationResult]
+
+    @property
+    def longest(self) -> AblationResult:
+        """The sweep at the largest run length (where the verdict is taken)."""
+        return self.by_length[max(self.by_length)]
+
+
 def is_collapsed(separation_ratio: float, perplexity: float) -> bool:
     """The collapse rule: S_min/S_min(0) < 0.05 or perplexity < 1.5 (NaN counts as collapsed)."""
     if not (np.isfinite(separation_ratio) and np.isfinite(perplexity)):
@@ -259,6 +292,24 @@ def _optimisers(model: JointModel, s: AblationSettings, eps: float):
     return make(fast, lr=s.lr_p), make(slow, lr=eps * s.lr_p)
 
 
+def cosine_factor(step: int, total: int, final: float) -> float:
+    """The learning-rate multiplier after ``step`` of ``total`` optimiser steps: one cosine from
+    1 at step 0 down to ``final`` at step ``total`` (and ``final`` after it)."""
+    if total < 1 or not 0 < final <= 1:
+        raise ValueError(f"total, final: expected total >= 1 and 0 < final <= 1, got {total}, "
+                         f"{final}")
+    progress_ = min(max(step, 0), total) / total
+    return final + (1.0 - final) * 0.5 * (1.0 + math.cos(math.pi * progress_))
+
+
+def _schedulers(optimisers, s: AblationSettings, steps_per_epoch: int):
+    """One cosine decay per optimiser over the whole run (the same factor for both, so the
+    ratio of the two rates stays eps)."""
+    total = s.epochs * steps_per_epoch
+    factor = functools.partial(cosine_factor, total=total, final=s.final_lr_fraction)
+    return [torch.optim.lr_scheduler.LambdaLR(opt, factor) for opt in optimisers]
+
+
 #: The per-epoch records of a :class:`RunHistory`, in the order :func:`_measure` takes them.
 _MEASURED = ("separation", "v", "l_q", "perplexity", "accuracy")
 
@@ -279,8 +330,9 @@ def run_one(tokens: Tokens, s: AblationSettings, eps: float, seed: int,
             run: RunDir | None = None) -> RunHistory:
     """Train one model with ratio ``eps`` from ``seed``; return its per-epoch history.
 
-    One round of :func:`~ddcl_theory.runtime.training.fit` is one epoch; training stops after
-    the first epoch whose L_q is not finite. ``run`` keeps the loop's checkpoints.
+    One round of :func:`~ddcl_theory.runtime.training.fit` is one epoch; both learning rates
+    decay by :func:`cosine_factor` over the ``s.epochs`` epochs; training stops after the first
+    epoch whose L_q is not finite. ``run`` keeps the loop's checkpoints.
     """
     gen = profile.seed_everything(seed)
     device = profile.current().device
@@ -293,6 +345,8 @@ def run_one(tokens: Tokens, s: AblationSettings, eps: float, seed: int,
     with torch.no_grad():
         model.ddcl.init_prototypes_from(model.encoder(x_tr), generator=gen)
     opt_p, opt_theta = _optimisers(model, s, eps)
+    steps_per_epoch = math.ceil(x_tr.shape[0] / s.batch_size)
+    schedulers = _schedulers((opt_p, opt_theta), s, steps_per_epoch)
     start = RunHistory(eps=eps, seed=seed)
     _measure(model, x_tr, x_te, y_te, start)              # index 0: before training
     hooks = []
@@ -322,6 +376,7 @@ def run_one(tokens: Tokens, s: AblationSettings, eps: float, seed: int,
 
     log = fit(model, [opt_p, opt_theta], rounds=s.epochs, batches=batches, loss=loss,
               device=device, run=run, name=f"eps={eps},seed={seed}", generators={"gen": gen},
+              schedulers=schedulers,
               after_step=remove_hooks, end_of_round=end_of_round,
               stop_if=lambda m: not np.isfinite(m["l_q"]), desc=f"eps={eps:g} seed={seed}")
     for record in log.metrics:
@@ -347,6 +402,13 @@ def run(settings: AblationSettings | None = None) -> AblationResult:
                  for eps, seed in progress(jobs, desc="eps sweep")]
     ckpt.finish()
     return AblationResult(s, histories, tokens.source)
+
+
+def run_scales(settings: AblationSettings | None = None) -> ScaleSweep:
+    """The sweep of ``settings`` at each run length of ``settings.scales``: separate runs, each
+    with its own cosine schedule over its own length (not checkpoints of one run)."""
+    s = settings or AblationSettings.from_profile()
+    return ScaleSweep(s, {epochs: run(s.replace(epochs=epochs)) for epochs in s.scales})
 
 
 # --------------------------------------------------------------------------------------------

@@ -2,45 +2,52 @@
 
 D8 reads the linear analysis (an object with ``model.m``, ``model.n`` and ``settings.eps_grid``,
 ``settings.eta_p``) and what the chapter derived from it: fitted slopes of the slow-eigenvalue
-error, inertias of J(eps) per equilibrium, continuous and discrete critical ratios. D9 reads the
-ablation sweeps by name: results with ``settings`` (``eps_values``, ``seeds``, ``lr_p``,
-``epochs``, ``scales``), ``runs`` read through ``by_eps`` (``seed``, ``separation_ratio``,
-``train_loss``, ``diverged``) and the methods ``collapse_fraction``, ``smallest_collapsing_eps``,
-``stability_boundary``, ``failure_modes``; it is decided by the registry's D9 rule
-(:func:`ddcl_theory.ledger.claims.rule_of`).
+error, inertias of J(eps) per equilibrium, continuous and discrete critical ratios.
+
+D9 reads two sweeps, Adam and plain SGD, each trained at three run lengths (``settings``,
+``by_length``: run length -> sweep, ``longest``). A sweep has ``settings`` (``optimiser``,
+``eps_values``, ``lr_p``, ``epochs``), ``by_eps(eps)`` -> runs (``seed``, ``separation_ratio``,
+``diverged``) and the methods ``collapse_fraction``, ``divergence_fraction``,
+``smallest_collapsing_eps``, ``stability_boundary``, ``failure_modes``. The Adam reading decides
+the word by the registered rule (:func:`ddcl_theory.ledger.claims.rule_of`); the SGD reading is
+decided by the same tests (:data:`ddcl_theory.ledger.rules.D9_SGD_READING`) beside it.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from ddcl_theory.ledger import stats
 from ddcl_theory.ledger.claims import rule_of
+from ddcl_theory.ledger.design import Gate, Rule, TestResult
+from ddcl_theory.ledger.rules import D9_SGD_READING
 from ddcl_theory.ledger.tolerance import Tolerance
 from ddcl_theory.ledger.verdict import Verdict
-from ddcl_theory.metrics.convergence import convergence
 
 D8_RULE = ("refuted: a fitted slope of the first-order error is more than 0.05 away from 2; "
            "confirmed: a continuous-time critical ratio exists and every one lies in [0.1, 1]; "
            "qualified otherwise")
-#: The two eps of the D9 rule: the stable ratio and the large one.
-STABLE_EPS, LARGE_EPS = 0.1, 1.0
-#: Plateau rule of the D9 runs: the mean training loss of the last four epochs (16 steps in the
-#: cpu profile) within 5% of the four before.
-PLATEAU_REL, PLATEAU_WINDOW = 0.05, 4
+#: The eps the D9 tests read: the two of "separation grows for eps <= 0.1" and the large one
+#: of "collapse at eps = 1"; eps = 0.5 (one source's version) is shown beside.
+SMALL_EPS, STABLE_EPS, MIDDLE_EPS, LARGE_EPS = 0.01, 0.1, 0.5, 1.0
+#: The D9 statistics are censored at the collapse rule's separation threshold
+#: (``eps_ablation.COLLAPSE_SEPARATION_RATIO``): a run whose separation fell below this fraction
+#: of its start (two prototypes met), or whose loss became non-finite (diverged), has collapsed
+#: and enters with log(S_end / S_start) = log COLLAPSE_RATIO, however deep it went.
+COLLAPSE_RATIO = 0.05
+#: The settling gate: over the last SETTLE_PART of a run, |change of log S| averaged over the
+#: seeds of each eps a test reads stays below SETTLE_TOLERANCE (S moved by less than 5%).
+SETTLE_PART, SETTLE_TOLERANCE = 0.25, 0.05
 PAPER = "stable for eps <= 0.1 (practical range [0.01, 0.1]); prototype collapse for eps near 1"
-#: D9 quotes seed means of log separation ratios and their t intervals (10 seeds). Measured
-#: in the cpu run: per-seed sd of log(S_end/S_start) about 0.4, so 3 standard errors of the
-#: mean about 0.4; the interval ends move with the spread as well.
-D9_TOLERANCE = Tolerance(abs=0.4, rel=0.25, reason="seed means and t intervals of log "
-                         "separation ratios (3 standard errors of a 10-seed mean about 0.4)")
-
-#: The main protocol of the ablation and the prefix of the plain-SGD sweeps.
-MAIN_SWEEP = "adam, eta_P=0.01"
-SGD_PREFIX = "sgd"
-MODE_NAMES = {"diverged": "divergence", "separation": "two prototypes met",
-              "perplexity": "one prototype took all tokens"}
+#: D9 prints seed means of log separation ratios and their t intervals: across the kernel sets
+#: they moved by less than 1e-3 (the cpu pilot's runs); 0.05 is a tenth of their per-seed sd.
+D9_TOLERANCE = Tolerance(abs=0.05, rel=0.05,
+                         reason="seed means and t intervals of log separation ratios: less "
+                                "than 1e-3 across the kernel sets, a tenth of their per-seed "
+                                "sd (0.3 to 1)")
 
 
 def decide_d8(lin, *, slopes: Mapping[str, float], inertias: Mapping[str, set],
@@ -86,153 +93,228 @@ def decide_d8(lin, *, slopes: Mapping[str, float], inertias: Mapping[str, set],
         rule=D8_RULE)
 
 
-def critical_step_brackets(results: Mapping) -> dict[str, tuple[float, float]]:
-    """SGD sweep -> (last stable, first failing] encoder step eta_theta = eps * eta_P."""
+# ------------------------------------------------------------------------------------------ D9
+
+def sweep_name(result) -> str:
+    """``"adam, eta_P=0.01"``: a sweep's optimiser and prototype step size."""
+    return f"{result.settings.optimiser}, eta_P={result.settings.lr_p:g}"
+
+
+def log_growth(run) -> float:
+    """log(S_end / S_start) of one run (S = the smallest distance between two prototypes),
+    censored at log :data:`COLLAPSE_RATIO`: a run that collapsed (its separation below that
+    fraction of its start) or diverged (non-finite loss or separation) enters at the
+    threshold."""
+    ratio = float(np.asarray(run.separation_ratio, dtype=float)[-1])
+    if _ended(run):
+        return math.log(COLLAPSE_RATIO)
+    return math.log(ratio)
+
+
+def _ended(run) -> bool:
+    """The run diverged or collapsed: its statistic is the censoring value, not its curve."""
+    ratio = float(np.asarray(run.separation_ratio, dtype=float)[-1])
+    return bool(run.diverged or not math.isfinite(ratio) or ratio < COLLAPSE_RATIO)
+
+
+def _by_seed(result, eps: float) -> list:
+    runs = sorted(result.by_eps(eps), key=lambda r: r.seed)
+    if not runs:
+        raise ValueError(f"result: {sweep_name(result)} has no run at eps = {eps:g}")
+    return runs
+
+
+def contrast(result, eps: float) -> np.ndarray:
+    """log S_end(eps) - log S_end(0.1) per seed, shape (n_seeds,): the same seed starts every
+    eps from the same encoder and prototypes, so S_start cancels."""
+    large, stable = _by_seed(result, eps), _by_seed(result, STABLE_EPS)
+    if [r.seed for r in large] != [r.seed for r in stable]:
+        raise ValueError(f"result: the runs at eps = {eps:g} and {STABLE_EPS:g} of "
+                         f"{sweep_name(result)} must have the same seeds")
+    return np.array([log_growth(a) - log_growth(b) for a, b in zip(large, stable)])
+
+
+def d9_samples(result) -> list[np.ndarray]:
+    """Per-seed values of the three D9 tests on one sweep, in the rule's order (each of shape
+    (n_seeds,)): log(S_end / S_start) at eps = 0.1 and at eps = 0.01, and the paired
+    :func:`contrast` at eps = 1."""
+    return [np.array([log_growth(r) for r in _by_seed(result, STABLE_EPS)]),
+            np.array([log_growth(r) for r in _by_seed(result, SMALL_EPS)]),
+            contrast(result, LARGE_EPS)]
+
+
+def settle_changes(result, eps: float) -> np.ndarray:
+    """|log S_end - log S a quarter of the run earlier| of each run at ``eps`` that neither
+    diverged nor collapsed, shape (n_read,) (a run that did has its censored value, fixed)."""
+    out = []
+    for r in _by_seed(result, eps):
+        if _ended(r):
+            continue
+        ratio = np.asarray(r.separation_ratio, dtype=float)
+        back = max(1, math.ceil(SETTLE_PART * (len(ratio) - 1)))
+        out.append(abs(math.log(ratio[-1]) - math.log(ratio[-1 - back])))
+    return np.array(out)
+
+
+def settle_gate(result) -> Gate:
+    """The settling gate of one sweep (the longest run length): at each eps a test reads, the
+    seeds' mean |change of log S| over the last quarter of the run is below
+    :data:`SETTLE_TOLERANCE`."""
+    means = {eps: settle_changes(result, eps) for eps in (SMALL_EPS, STABLE_EPS, LARGE_EPS)}
+    means = {eps: float(v.mean()) for eps, v in means.items() if v.size}
+    passed = all(m < SETTLE_TOLERANCE for m in means.values())
+    moved = ", ".join(f"{m:.3f} at eps = {e:g}" for e, m in means.items()) or "none read"
+    detail = (f"{sweep_name(result)}: mean |change of log S| over the last quarter of the "
+              f"{result.settings.epochs}-epoch runs {moved} (below {SETTLE_TOLERANCE:g} to "
+              "pass)")
+    if not passed:
+        detail += "; longer runs or a lower final learning rate would let S settle"
+    return Gate("separation settled", passed, detail)
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One reading of D9 decided: its sweep's name, word, tests at the longest run (``tests``,
+    as :func:`ddcl_theory.ledger.report.tests_rows` reads them), settling gate, and per test
+    the trend over run lengths (``{"<n> epochs": [estimate, low, high]}``)."""
+
+    name: str
+    word: str
+    tests: tuple[TestResult, ...]
+    gate: Gate
+    trends: tuple[dict, ...]
+
+
+def decide_reading(rule: Rule, sweep) -> Reading:
+    """The tests of ``rule`` on ``sweep`` (``by_length``: run length -> sweep) at every run
+    length, decided at the longest with its settling gate."""
+    if not sweep.by_length:
+        raise ValueError("sweep: expected at least one run length")
+    per_length = {length: rule.evaluate(d9_samples(res))
+                  for length, res in sorted(sweep.by_length.items())}
+    tests = per_length[max(per_length)]
+    gate = settle_gate(sweep.longest)
+    trends = tuple({f"{length} epochs": [round(r[i].estimate, 4), round(r[i].interval[0], 4),
+                                         round(r[i].interval[1], 4)]
+                    for length, r in per_length.items()} for i in range(len(rule.tests)))
+    return Reading(sweep_name(sweep.longest), rule.word(tests, [gate]), tuple(tests), gate,
+                   trends)
+
+
+def critical_step_brackets(results: Sequence) -> dict[str, tuple[float, float]]:
+    """SGD sweep name -> (last stable, first failing] encoder step eta_theta = eps * eta_P, for
+    the sweeps where some eps fails for half the seeds or more."""
     brackets = {}
-    for k in (k for k in results if k.startswith(SGD_PREFIX)):
-        ok, fail = results[k].stability_boundary()
+    for res in results:
+        ok, fail = res.stability_boundary()
         if ok is not None and fail is not None:
-            lr = results[k].settings.lr_p
-            brackets[k] = (ok * lr, fail * lr)
+            brackets[sweep_name(res)] = (ok * res.settings.lr_p, fail * res.settings.lr_p)
     return brackets
 
 
-def _log_separation(run, epoch: int | None = None) -> float:
-    """log(S_min at ``epoch`` / S_min at the start) of one run (``epoch`` 1-based, the last
-    when None); a run that stopped (diverged) before ``epoch`` is read at its last finite
-    record, where it ended."""
-    ratio = np.asarray(run.separation_ratio, dtype=float)
-    if epoch is not None:
-        ratio = ratio[: epoch + 1]
-    finite = ratio[np.isfinite(ratio) & (ratio > 0)]
-    return float(np.log(finite[-1])) if finite.size else float("-inf")
+def _interval(values: np.ndarray) -> list[float]:
+    """[estimate, low, high] of the t interval of per-seed ``values`` (a point for one)."""
+    if values.size < 2:
+        return [float(values.mean())] * 3
+    iv = stats.one_sample_t(values)
+    return [iv.estimate, iv.low, iv.high]
 
 
-def _by_seed(res, eps: float) -> list:
-    return sorted(res.by_eps(eps), key=lambda r: r.seed)
+def _why(t: TestResult) -> str:
+    """What a word means for one test, in a few words."""
+    low, high = t.interval
+    if t.word == "reproduced":
+        return "reaches the SESOI" if t.reaches_sesoi else "beyond the margin, short of the SESOI"
+    if t.word == "inconclusive":
+        return "holds the margin and the SESOI"
+    if t.side == ">":
+        return "wrong sign" if high < t.margin else "smaller than the SESOI"
+    return "wrong sign (larger at eps = 1)" if low > 0 else "far smaller than tenfold"
 
 
-def d9_statistics(main, epoch: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """The two deciding statistics per seed at ``epoch`` (the end when None): log(S_end /
-    S_start) at eps = 0.1, and log S_end(eps = 1) - log S_end(eps = 0.1) paired by seed (the
-    same seed starts both runs from the same encoder and prototypes, so the start cancels)."""
-    stable, large = _by_seed(main, STABLE_EPS), _by_seed(main, LARGE_EPS)
-    if [r.seed for r in stable] != [r.seed for r in large]:
-        raise ValueError("decide_d9: the eps = 0.1 and eps = 1 runs must have the same seeds")
-    growth = np.array([_log_separation(r, epoch) for r in stable])
-    contrast = np.array([_log_separation(b, epoch) - _log_separation(a, epoch)
-                         for a, b in zip(stable, large)])
-    return growth, contrast
+#: Short names of the three D9 tests, for the evidence.
+TEST_NAMES = ("growth at eps = 0.1", "growth at eps = 0.01", "log S_end(1) - log S_end(0.1)")
 
 
-def _intervals(growth: np.ndarray, contrast: np.ndarray) -> list[stats.Interval]:
-    """The rule's two intervals: one-sample t of ``growth``; paired t of log S_end(1) against
-    log S_end(0.1) (i.e. of ``contrast``); points when one seed ran."""
-    if len(growth) < 2:
-        return [stats.Interval(float(growth.mean()), float(growth.mean()),
-                               float(growth.mean()), len(growth), "one-sample t"),
-                stats.Interval(float(contrast.mean()), float(contrast.mean()),
-                               float(contrast.mean()), len(contrast), "paired t")]
-    return [stats.one_sample_t(growth), stats.paired_t(growth + contrast, growth)]
+def _reading_text(tests: Sequence[TestResult]) -> str:
+    return "; ".join(f"({i}) {name} {t.estimate:+.2f} [{t.interval[0]:+.2f}, "
+                     f"{t.interval[1]:+.2f}], {t.word} ({_why(t)})"
+                     for i, (name, t) in enumerate(zip(TEST_NAMES, tests), 1))
 
 
-def d9_trend(main, which: int = 1) -> dict[str, list[float]]:
-    """{"<e> epochs": [estimate, low, high]} of deciding statistic ``which`` (0: growth at eps
-    = 0.1, 1: the paired contrast) at each run length of ``main.settings.scales``."""
-    out = {}
-    for epoch in main.settings.scales:
-        iv = _intervals(*d9_statistics(main, epoch))[which]
-        out[f"{epoch} epochs"] = [round(iv.estimate, 4), round(iv.low, 4), round(iv.high, 4)]
-    return out
+def decide_d9(adam, sgd, beside: Sequence = ()) -> Verdict:
+    """D9 (separation grows for eps <= 0.1, prototypes collapse at eps = 1) by the registered
+    rule, on the Adam reading.
 
-
-def decide_d9(results: Mapping) -> Verdict:
-    """D9 (collapse for large eps, none for eps <= 0.1) by the registry's rule.
-
-    ``results`` holds :data:`MAIN_SWEEP` (Adam; eps values include 0.1 and 1, the same seeds at
-    both; its runs carry ``seed``, ``separation_ratio``, ``train_loss``, ``diverged``, and its
-    settings ``scales``) and the SGD sweeps (names starting with :data:`SGD_PREFIX`), shown
-    beside. The word is ``rule_of("D9").decide`` on the one-sample t interval of log(S_end /
-    S_start) at eps = 0.1 and the paired t interval of log S_end(1) - log S_end(0.1); then
-    the plateau gate: a deciding run (eps = 0.1 or 1) that neither diverged nor reached the
-    plateau of its training loss (:func:`~ddcl_theory.metrics.convergence.convergence`,
-    :data:`PLATEAU_WINDOW`-epoch windows, rel :data:`PLATEAU_REL`) makes it ``inconclusive``.
-    ``numbers`` also carry what the chapter prints of the sweeps: ``brackets``, ``overlap``,
-    ``eps_moves``, ``modes``, ``failure_counts``, ``collapse`` (fraction per eps of the main
-    sweep).
+    ``adam`` and ``sgd``: the two readings' sweeps at three run lengths (``settings``,
+    ``by_length``, ``longest``); ``beside``: further SGD sweeps at the longest length (other
+    eta_P), for the critical encoder step. The word is ``rule_of("D9").word`` of the three
+    tests at the longest Adam run with the settling gate; the SGD reading is decided by
+    :data:`~ddcl_theory.ledger.rules.D9_SGD_READING` on the same statistics and shown in the
+    evidence and ``numbers``.
     """
     rule = rule_of("D9")
-    main = results[MAIN_SWEEP]
-    eps_values = main.settings.eps_values
-    growth, contrast = d9_statistics(main)
-    intervals = _intervals(growth, contrast)
-    word = rule.decide(intervals)
-    deciding = _by_seed(main, STABLE_EPS) + _by_seed(main, LARGE_EPS)
-    unfinished = sum(not (r.diverged or convergence(r.train_loss, rel=PLATEAU_REL,
-                                                    window=PLATEAU_WINDOW).plateau)
-                     for r in deciding)
+    ours, other = decide_reading(rule, adam), decide_reading(D9_SGD_READING, sgd)
+    tests, gate, word = ours.tests, ours.gate, ours.word
+    binding = rule.binding(tests)
+    n = tests[binding].n_seeds
+    sweeps = [adam.longest, sgd.longest, *beside]
+    eps_values = adam.settings.eps_values
+    collapse = {sweep_name(r): {e: r.collapse_fraction(e) for e in r.settings.eps_values}
+                for r in sweeps}
+    diverged = {sweep_name(r): {e: r.divergence_fraction(e) for e in r.settings.eps_values}
+                for r in sweeps}
+    middle = {sweep_name(r): _interval(contrast(r, MIDDLE_EPS)) for r in sweeps
+              if MIDDLE_EPS in r.settings.eps_values}
+    sgd_sweeps = [r for r in sweeps if r.settings.optimiser == "sgd"]
+    brackets = critical_step_brackets(sgd_sweeps)
+    first_fail = {sweep_name(r): r.smallest_collapsing_eps() for r in sweeps}
+    overlap = (len(brackets) == len(sgd_sweeps) > 1
+               and max(b[0] for b in brackets.values()) < min(b[1] for b in brackets.values()))
+    eps_moves = len({first_fail[sweep_name(r)] for r in sgd_sweeps}) > 1
+    counts = {sweep_name(r): r.failure_modes() for r in sweeps}
+    seen = {k: sorted(mode for mode, c in m.items() if c) for k, m in counts.items()}
     reasons = []
-    if unfinished:
-        word = "inconclusive"
-        reasons.append("deciding runs had not reached the plateau of their training loss")
-    n = len(growth)
+    if not gate.passed:
+        reasons.append(f"the separation had not settled ({gate.detail})")
     if n < rule.n_seeds:
         reasons.append(f"{n} seeds, fewer than the rule's {rule.n_seeds}")
-    words = [stats.decide_interval(iv, side=t.side, margin=t.margin)
-             for iv, t in zip(intervals, rule.tests)]
-    order = {"not reproduced": 0, "inconclusive": 1, "reproduced": 2}
-    binding = min((1, 0), key=lambda i: order[words[i]])
-    mde = [stats.detectable_effect_of(x) if n >= 2 else float("nan") for x in (growth, contrast)]
-    sgd_keys = [k for k in results if k.startswith(SGD_PREFIX)]
-    first_fail = {k: res.smallest_collapsing_eps() for k, res in results.items()}
-    counts = {k: res.failure_modes() for k, res in results.items()}
-    brackets = critical_step_brackets(results)
-    overlap = (len(brackets) == len(sgd_keys) > 0
-               and max(b[0] for b in brackets.values()) < min(b[1] for b in brackets.values()))
-    eps_moves = len({first_fail[k] for k in sgd_keys}) > 1
-    # how a run fails at the stability boundary (diverging or one prototype taking every token)
-    # depends on the last bits of the CPU's arithmetic; which modes occur does not
-    seen = {k: sorted(mode for mode, n_ in m.items() if n_) for k, m in counts.items()}
-    collapse = {e: main.collapse_fraction(e) for e in eps_values}
-    sgd_text = ", ".join(f"{first_fail[k]} ({k})" for k in sgd_keys)
-    mode_text = "; ".join(f"{k}: " + (", ".join(MODE_NAMES[m] for m in seen[k]) or "none")
-                          for k in counts)
-    st = main.settings
+    st, sg = adam.settings, sgd.settings
+    fail_text = "; ".join(
+        f"{k}: " + ", ".join(f"{collapse[k][e]:.1f}" for e in eps_values) for k in collapse)
     evidence = (
-        f"MLP encoder + DDCL layer on CIFAR-10 patch tokens, Adam (eta_P = {st.lr_p:g}), "
-        f"{n} seeds, {st.epochs} epochs. (1) log(S_end / S_start) at eps = 0.1: "
-        f"{intervals[0].estimate:+.2f}, 95% one-sample t interval [{intervals[0].low:+.2f}, "
-        f"{intervals[0].high:+.2f}] (smallest detectable effect {mde[0]:.2f}; claimed > 0). "
-        f"(2) log S_end(eps = 1) - log S_end(eps = 0.1), paired by seed: "
-        f"{intervals[1].estimate:+.2f}, 95% paired t interval [{intervals[1].low:+.2f}, "
-        f"{intervals[1].high:+.2f}] (smallest detectable effect {mde[1]:.2f}; claimed < "
-        f"log 0.1 = {rule.tests[1].margin:.2f}). Deciding runs still moving by the plateau "
-        f"rule of the training loss ({PLATEAU_WINDOW}-epoch windows, rel {PLATEAU_REL:g}): "
-        f"{unfinished} of {len(deciding)}. Collapse fraction (S_min/S_min(0) < 0.05 or "
-        "perplexity < 1.5 at the end) "
-        + ", ".join(f"{collapse[e]:.1f}" for e in eps_values)
-        + f" for eps = {', '.join(str(e) for e in eps_values)}. Plain SGD ("
-        f"{len(results[sgd_keys[0]].settings.seeds) if sgd_keys else 0} seeds, beside): the "
-        f"smallest eps where half the seeds fail is {sgd_text}"
-        + (", so the critical ratio moves with eta_P" if eps_moves else "")
-        + (" while the critical encoder step eps*eta_P stays in one bracket, as the discrete "
-           "analysis predicts" if overlap else "")
-        + f". Failure modes: {mode_text}. "
+        f"MLP encoder + DDCL layer on CIFAR-10 patch tokens, {n} seeds, cosine-decayed rates, "
+        f"run lengths {', '.join(str(x) for x in sorted(adam.by_length))} epochs. Decided on "
+        f"the Adam reading (eta_P = {st.lr_p:g}) at {st.epochs} epochs: {word}. Growth "
+        f"log(S_end/S_start) is claimed > 0 (SESOI {rule.tests[0].s:.2f}), the contrast < "
+        f"log 0.1 = {rule.tests[2].margin:.2f}: {_reading_text(tests)}. Beside, the SGD "
+        f"reading (eta_P = {sg.lr_p:g}), the same tests: {_reading_text(other.tests)}; "
+        f"{other.word}. A run that diverged or whose prototypes met enters at log "
+        f"{COLLAPSE_RATIO:g}. Fraction of runs failed (diverged, prototypes met, or one "
+        f"prototype taking every token) at eps = {', '.join(f'{e:g}' for e in eps_values)}: "
+        f"{fail_text}. "
+        + (f"Critical encoder step eps*eta_P: "
+           + ", ".join(f"({lo:.3g}, {hi:.3g}] ({k})" for k, (lo, hi) in brackets.items())
+           + ("; the critical eps moves with eta_P" if eps_moves else "")
+           + ("; the step brackets overlap, as the discrete analysis predicts" if overlap
+              else "") + ". " if brackets else "")
         + (f"Why {word}: {'; '.join(reasons)}. " if reasons and word == "inconclusive" else "")
         + f"Paper: {PAPER}.")
+    c, sc = tests[2], other.tests[2]
+    per_seed = {t.statistic: values.tolist() for sweep, reading in ((adam, ours), (sgd, other))
+                for t, values in zip(reading.tests, d9_samples(sweep.longest))}
     return Verdict(
         "D9", word, evidence,
-        our_value=f"log S_end(1) - log S_end(0.1) = {intervals[1].estimate:+.2f} "
-                  f"[{intervals[1].low:+.2f}, {intervals[1].high:+.2f}]; log(S_end/S_start) "
-                  f"at eps = 0.1 {intervals[0].estimate:+.2f} [{intervals[0].low:+.2f}, "
-                  f"{intervals[0].high:+.2f}] ({n} seeds)",
+        our_value=f"Adam: log S_end(1) - log S_end(0.1) = {c.estimate:+.2f} "
+                  f"[{c.interval[0]:+.2f}, {c.interval[1]:+.2f}]; SGD (eta_P = {sg.lr_p:g}): "
+                  f"{sc.estimate:+.2f} [{sc.interval[0]:+.2f}, {sc.interval[1]:+.2f}] "
+                  f"({n} seeds)",
         paper_value=PAPER,
-        numbers={"growth": intervals[0].as_list() + [intervals[0].estimate],
-                 "contrast": intervals[1].as_list() + [intervals[1].estimate],
-                 "words": words, "detectable": mde, "unfinished": unfinished,
-                 "deciding_runs": len(deciding), "collapse": collapse,
-                 "first_fail": first_fail, "brackets": brackets, "overlap": overlap,
-                 "eps_moves": eps_moves, "modes": seen, "failure_counts": counts,
-                 "trend_growth": d9_trend(main, 0)},
-        rule=rule.text, n_seeds=n, interval=tuple(intervals[binding].as_list()),
-        scale=f"{st.epochs} epochs", trend=d9_trend(main, 1), tolerance=D9_TOLERANCE)
+        numbers={"readings": {"adam": ours, "sgd": other},
+                 "middle": middle,
+                 "collapse": collapse, "diverged": diverged, "first_fail": first_fail,
+                 "brackets": brackets, "overlap": overlap, "eps_moves": eps_moves,
+                 "modes": seen, "failure_counts": counts},
+        rule=rule.text, n_seeds=n, interval=tuple(tests[binding].interval),
+        scale=f"{st.epochs} epochs", trend=ours.trends[binding],
+        tolerance=D9_TOLERANCE, tests=tuple(tests), gates=(gate,), per_seed=per_seed)
