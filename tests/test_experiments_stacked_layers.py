@@ -13,6 +13,7 @@ from ddcl_theory.experiments import stacked_layers as S
 from ddcl_theory.models.stacked_ddcl import StackedDDCL
 from ddcl_theory.runtime import profile
 from ddcl_theory.runtime.rundir import RunDir
+from ddcl_theory.runtime.settings import CONFIRMATORY_SEED_BASE
 
 
 def _documents(seed: int, n: int = 12, d: int = 5, dtype=torch.float64):
@@ -99,36 +100,89 @@ def test_content_tokens_drops_special_tokens_and_rejects_empty_documents():
 def test_settings_follow_the_profile(monkeypatch):
     monkeypatch.setenv(profile.PROFILE_ENV, "paper")
     paper = S.StackedSettings.from_profile()
+    monkeypatch.setenv(profile.PROFILE_ENV, "reference")
+    reference = S.StackedSettings.from_profile()
     monkeypatch.setenv(profile.PROFILE_ENV, "cpu")
-    assert S.StackedSettings.from_profile() != paper
+    cpu = S.StackedSettings.from_profile()
+    assert cpu != paper and cpu == S.StackedSettings()
+    assert len(reference.seeds) >= 10 and min(reference.seeds) >= CONFIRMATORY_SEED_BASE
+    assert max(cpu.seeds) < CONFIRMATORY_SEED_BASE and max(reference.scales) == 1.0
     with pytest.raises(ValueError, match="lr"):
-        dataclasses.replace(S.StackedSettings(), lr=0.0)
+        dataclasses.replace(cpu, lr=0.0)
+    with pytest.raises(ValueError, match="scales"):
+        dataclasses.replace(cpu, scales=(0.5, 0.25))
+
+
+def test_the_text_draw_is_the_text_readout_draw_at_the_stacked_sizes():
+    s = dataclasses.replace(S.StackedSettings(), documents=120, max_length=32, data_seed=3)
+    text = s.text()
+    assert (text.ng_train, text.ng_max_length, text.data_seed, text.encoder) == \
+        (120, 32, 3, s.encoder)
+
+
+def test_merged_groups_link_prototypes_closer_than_the_distance():
+    p = torch.tensor([[0.0, 0.0], [0.05, 0.0], [0.1, 0.0], [5.0, 0.0], [5.0, 0.5]],
+                     dtype=torch.float64)
+    assert S.merged_groups(p, 0.06) == [(0, 1, 2), (3,), (4,)]     # single linkage: 0-1-2
+    assert S.merged_groups(p, 0.01) == [(0,), (1,), (2,), (3,), (4,)]
+    assert S.merged_groups(p, 1.0) == [(0, 1, 2), (3, 4)]
+    with pytest.raises(ValueError, match="distance"):
+        S.merged_groups(p, 0.0)
+
+
+def test_the_levels_train_lq_with_q_differentiated_not_the_free_energy():
+    through, detached = S.objective_gaps()
+    assert through < 1e-12 and detached > 0.05
+
+
+def test_thresholds_ratio_is_tau_over_the_lq_threshold():
+    th = S.Thresholds(2.0, (1.0, 2.0), (2.0, 4.0))
+    assert th.ratio == (1.0, 0.5)
+
+
+def test_level_trace_reads_the_worst_step_and_evaluation():
+    tr = S.LevelTrace(l_q=[2.0, 4.0], v=[0.5, 0.4], residual=[1e-16, 2e-16],
+                      recomputed_gap=[3e-16, 1e-16], step_max_residual=[float("nan"), 5e-15],
+                      step_min_v_share=[float("nan"), 0.2])
+    assert tr.worst_residual == 5e-15 and tr.min_v_share == 0.1
+
+
+def _small(**changes):
+    base = dict(k1=6, k2=4, epochs=3, batch_docs=20, documents=60, max_length=16,
+                scales=(0.5, 1.0), seeds=(0, 1))
+    return dataclasses.replace(S.StackedSettings(), **{**base, **changes})
 
 
 @pytest.mark.skipif(__import__("ddcl_theory.data", fromlist=["find"]).find("20newsgroups") is None,
                     reason="20 Newsgroups not in a data directory")
 def test_run_on_20newsgroups_with_a_fake_encoder(tmp_path, monkeypatch):
     monkeypatch.setenv("DDCL_CACHE_DIR", str(tmp_path))
-    text = dataclasses.replace(S.TextReadoutSettings(), ng_train=60, ng_max_length=16)
-    s = dataclasses.replace(S.StackedSettings(), k1=6, k2=4, epochs=3, batch_docs=20, text=text,
-                            recompute_every=1)
+    s = _small()
     r = S.run(s, encoder=FakeEncoder())
-    assert r.n_docs == 60 and len(r.words) == 6 and r.groups.shape == (4, 20)
-    assert r.groups.sum() == 60
-    for lvl in (1, 2):
-        tr = r.traces[lvl]
-        assert len(tr.l_q) == s.epochs + 1
-        assert max(tr.residual) < 1e-12 and max(tr.recomputed_gap) < 1e-10
-        assert min(tr.v) >= 0 and min(tr.step_min_v[1:]) >= 0
+    assert [(x.scale, x.seed) for x in r.runs] == [(0.5, 0), (0.5, 1), (1.0, 0), (1.0, 1)]
+    assert [x.n_docs for x in r.largest] == [60, 60] and r.at(0.5)[0].n_docs == 30
+    assert r.at(0.5)[0].n_tokens != r.at(0.5)[1].n_tokens     # each seed its own subset
+    for run in r.runs:
+        assert len(run.words) == 6 and run.groups.shape == (4, 20)
+        assert run.groups.sum() == run.n_docs
+        th1, th2 = run.thresholds[1], run.thresholds[2]
+        assert th1.quantisation[0] == th1.quantisation[1]           # tokens do not move
+        assert th1.quantisation[0] == pytest.approx(2 * th1.free_energy[0])
+        assert th2.quantisation[0] == pytest.approx(2 * th2.free_energy[0])
+        for lvl in (1, 2):
+            tr = run.traces[lvl]
+            assert len(tr.l_q) == len(tr.step_max_residual) == s.epochs + 1
+            assert tr.worst_residual < 1e-12 and tr.min_v_share >= 0
+            extra = sum(len(g.members) - 1 for g in run.merged[lvl])
+            assert run.distinct[lvl] + extra == (s.k1 if lvl == 1 else s.k2)
+            assert all(len(g.members) >= 2 for g in run.merged[lvl])
 
 
 @pytest.mark.skipif(__import__("ddcl_theory.data", fromlist=["find"]).find("20newsgroups") is None,
                     reason="20 Newsgroups not in a data directory")
 def test_a_killed_stacked_run_resumes_to_the_same_numbers(tmp_path, monkeypatch):
     monkeypatch.setenv("DDCL_CACHE_DIR", str(tmp_path / "cache"))
-    text = dataclasses.replace(S.TextReadoutSettings(), ng_train=40, ng_max_length=16)
-    s = dataclasses.replace(S.StackedSettings(), k1=5, k2=3, epochs=4, batch_docs=10, text=text,
-                            recompute_every=2)
+    s = _small(k1=5, k2=3, epochs=4, batch_docs=10, documents=40, scales=(1.0,), seeds=(0,))
     whole = S.run(s, encoder=FakeEncoder())
     real_fit = S.fit
 
@@ -147,8 +201,10 @@ def test_a_killed_stacked_run_resumes_to_the_same_numbers(tmp_path, monkeypatch)
     monkeypatch.setattr(S, "fit", real_fit)
     resumed = S.run(s, encoder=FakeEncoder(),
                     run_dir=RunDir("stacked_layers", s, root=tmp_path, enabled=True))
+    a, b = whole.runs[0], resumed.runs[0]
     for lvl in (1, 2):
-        for name, values in whole.traces[lvl].__dict__.items():
-            assert np.array_equal(np.array(getattr(resumed.traces[lvl], name)),
+        for name, values in a.traces[lvl].__dict__.items():
+            assert np.array_equal(np.array(getattr(b.traces[lvl], name)),
                                   np.array(values), equal_nan=True), (lvl, name)
-    assert resumed.acc == whole.acc and np.array_equal(resumed.groups, whole.groups)
+    assert b.acc == a.acc and np.array_equal(b.groups, a.groups)
+    assert b.thresholds == a.thresholds
