@@ -98,6 +98,8 @@ def test_the_cell_timeout_is_off_under_paper_and_configurable(monkeypatch):
     assert goldens.cell_timeout() == goldens.CELL_TIMEOUT_S
     monkeypatch.setenv(profile.PROFILE_ENV, "paper")
     assert goldens.cell_timeout() is None
+    monkeypatch.setenv(profile.PROFILE_ENV, "reference")
+    assert goldens.cell_timeout() is None
     monkeypatch.setenv(goldens.CELL_TIMEOUT_ENV, "600")
     assert goldens.cell_timeout() == 600
     monkeypatch.setenv(goldens.CELL_TIMEOUT_ENV, "none")

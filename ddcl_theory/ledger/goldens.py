@@ -45,9 +45,9 @@ from ddcl_theory.runtime.provenance import provenance, same_provenance
 from ddcl_theory.runtime.rundir import RESUME_ENV
 from ddcl_theory.runtime.paths import chapter_order, repo_root, results_dir
 
-#: Seconds one notebook cell may take under the cpu and reference profiles; the paper profile's
-#: training cells take hours, so it has none. ``DDCL_CELL_TIMEOUT`` (seconds, or ``none``)
-#: overrides either.
+#: Seconds one notebook cell may take under the cpu profile; the reference and paper profiles'
+#: training cells take up to an hour on a CPU or hours on a GPU (and resume from their run
+#: directories), so they have none. ``DDCL_CELL_TIMEOUT`` (seconds, or ``none``) overrides.
 CELL_TIMEOUT_S = 1800
 CELL_TIMEOUT_ENV = "DDCL_CELL_TIMEOUT"
 
@@ -63,7 +63,7 @@ def cell_timeout() -> int | None:
             raise ValueError(f"{CELL_TIMEOUT_ENV}: expected seconds (an int > 0) or 'none', "
                              f"got {value!r}")
         return int(value)
-    return None if profile.current().is_paper else CELL_TIMEOUT_S
+    return None if profile.current().keeps_runs else CELL_TIMEOUT_S
 
 #: Provenance fields that must match for a chapter already executed into ``--out`` to be skipped.
 CHAPTER_FIELDS = ("profile", "smoke", "device", "device_name", "autocast", "compile", "python",
