@@ -1,178 +1,214 @@
 """The D17 decision (ddcl_theory.ledger.decisions.peer_readouts.decide_d17) on hand-made study
-results: every word of the amended rule (maps' effective rank) and every gate (collapse below
-T_c of L_q, a collapse after T_c drifted below tau, tau above it, runs off their plateau, too few
-seeds), with the registered rule's word (usage perplexity) beside it."""
+results: every word of the registered rule (reproduced; not reproduced by a clear effect of the
+wrong sign and by a negligible one; inconclusive), every gate (tau at or above T_c, a reading
+still moving, a readout that did not learn) and too few seeds."""
 from __future__ import annotations
 
-import math
+from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
 
 from ddcl_theory.experiments import peer_readouts as pr
-from ddcl_theory.ledger.claims import amended_rule_of
+from ddcl_theory.ledger.claims import rule_of
 from ddcl_theory.ledger.decisions.peer_readouts import (
+    TESTS,
     d17_gates,
-    d17_intervals,
-    d17_parts,
-    d17_rank_intervals,
+    d17_items,
+    d17_samples,
     d17_trend,
     decide_d17,
-    rank_values,
-    usage_values,
+    per_seed,
 )
+from ddcl_theory.ledger.rules import D17_SEEDS, D17_SESOI
+from ddcl_theory.metrics import readouts as rm
 from ddcl_theory.ledger.verdict import Verdict
 
-S = 4
-EPOCHS = 4
-PLATEAU = [1.0, 0.51, 0.5, 0.5, 0.5]           # per-epoch cross-entropy, epochs 0..4 (0: nan)
-MOVING = [1.0, 0.8, 0.6, 0.4, 0.2]
+S = 20
+EPOCHS = 8
+ITEMS = 12                          # measured sequences per run
+CHANCE = 1 / 20
 
 
-def _record(epoch, usage, loss, ratio=float("nan"), collapsed=False, rank=None):
-    """``rank``: the maps' effective rank / S (default: the usage, so that both rules agree)."""
-    from ddcl_theory.metrics import readouts as rm
-    vec_rank, distance = (1.0, 0.0) if collapsed else (2.5, 0.3)
-    m = rm.CollapseMetrics(distance, distance, vec_rank, 1.0, distance, S)
-    maps = rm.CollapseMetrics(distance, distance,
-                              1.0 if collapsed else (usage if rank is None else rank) * S,
-                              1.0, distance, S)
-    return pr.CollapseRecord(epoch, float("nan") if epoch == 0 else loss, 0.5, 0.5, m, m, maps,
-                             1.0, 2.0, 2.0, ratio, usage * S)
+def _record(epoch, rank, usage, *, ratio, acc, items):
+    maps = rm.CollapseMetrics(0.3, 0.5, rank * S, 1.0, 0.3, S)
+    vec = rm.CollapseMetrics(0.3, 0.5, 5.0, 1.0, 0.3, S)
+    return pr.CollapseRecord(epoch, 1.0, acc, acc, vec, vec, maps, 1.0, 2.0, 2.0, ratio,
+                             usage * S, tuple(items))
 
 
-def _history(kind, usage_end, *, losses=PLATEAU, ratio=0.1, collapsed=False, rank_end=None,
-             start_ratio=None):
-    """Usage (and the maps' rank / S, rising to ``rank_end`` when given) rising linearly from
-    0.5 over the epochs; ``start_ratio``: DDCL's tau / T_c at epoch 0 when not ``ratio``."""
+def _history(kind, rank, usage, seed, *, ratio=0.2, acc=0.4, moving=False):
+    """A run whose readings rise linearly to (rank, usage) at its end (the last quarter flat
+    unless ``moving``); its per-sequence ranks scatter around ``rank`` (seeded)."""
+    rng = np.random.default_rng(seed + 97 * len(kind))
+    items = rank + 0.02 * rng.standard_normal(ITEMS)
+    items += rank - items.mean()                            # their mean is the run's rank
+    flat = EPOCHS - (0 if moving else EPOCHS // 4)
+    shape = np.minimum(np.arange(EPOCHS + 1) / flat, 1.0)
     r = ratio if kind == "ddcl" else float("nan")
-    usage = np.linspace(0.5, usage_end, EPOCHS + 1)
-    ranks = [None] * (EPOCHS + 1) if rank_end is None else np.linspace(0.5, rank_end, EPOCHS + 1)
-    return pr.ReadoutHistory(kind, [_record(e, float(usage[e]), losses[e],
-                                            start_ratio if (e == 0 and start_ratio is not None
-                                                            and kind == "ddcl") else r,
-                                            collapsed and e == EPOCHS, ranks[e])
-                                    for e in range(EPOCHS + 1)])
+    return pr.ReadoutHistory(kind, [
+        _record(e, 0.3 + (rank - 0.3) * shape[e], 0.5 + (usage - 0.5) * shape[e],
+                ratio=r if np.ndim(ratio) == 0 else ratio[e], acc=acc,
+                items=items if e == EPOCHS else ())
+        for e in range(EPOCHS + 1)])
 
 
-def _fake_result(ddcl=(0.9, 0.92, 0.88, 0.91, 0.89), slot=(0.6, 0.62, 0.58, 0.61, 0.59),
-                 perceiver=(0.5, 0.52, 0.48, 0.51, 0.49), *, losses=PLATEAU, ratio=0.1,
-                 sweep_collapse_ratio=None, sweep_start_ratio=None, slot_rank=None):
-    seeds = tuple(range(len(ddcl)))
-    s = pr.StudySettings(tasks=("20ng",), decide_task="20ng", seeds=seeds, epochs=EPOCHS,
-                         sweep_seeds=(0,), cost_lengths=(8, 16))
-    main = {"20ng": {"ddcl": [_history("ddcl", u, losses=losses, ratio=ratio) for u in ddcl],
-                     "slot": [_history("slot", u, rank_end=None if slot_rank is None
-                                       else slot_rank[i]) for i, u in enumerate(slot)],
-                     "perceiver": [_history("perceiver", u) for u in perceiver]}}
-    sweep = [pr.SweepRun(pr.Variant(k, "near", (("bank_init", "near_equal"),)), 0,
-                         _history(k, 0.3, collapsed=True)) for k in ("slot", "perceiver")]
-    if sweep_collapse_ratio is not None:
-        sweep.append(pr.SweepRun(pr.Variant("ddcl", "hot"), 0,
-                                 _history("ddcl", 0.3, ratio=sweep_collapse_ratio,
-                                          collapsed=True, start_ratio=sweep_start_ratio)))
-    flops = {"ddcl": [100, 200], "slot": [300, 400], "perceiver": [120, 210]}
-    return pr.StudyResult(s, {}, main, sweep, flops, None)
+@dataclass
+class _Settings:
+    seeds: tuple
+    epochs: int = EPOCHS
+
+    def scales(self):
+        return (4, EPOCHS)
+
+
+@dataclass
+class _Result:
+    settings: _Settings
+    main: dict
+    sweep: list = field(default_factory=list)
+    flops: dict = field(default_factory=lambda: {"ddcl": [10, 20], "slot": [50, 60],
+                                                 "perceiver": [12, 22]})
+    slot_iterations: int = 3
+
+
+def _fake(n=D17_SEEDS, *, ddcl=(0.45, 0.70), slot=(0.10, 0.60), perceiver=(0.15, 0.30),
+          spread=0.01, **ddcl_kwargs):
+    """A study result: each readout's (rank / S, usage / S) at the end, with a per-seed
+    jitter of sd ``spread``; ``ddcl_kwargs`` go to DDCL's runs."""
+    rng = np.random.default_rng(0)
+    main = {}
+    for e in (4, EPOCHS):
+        main[e] = {}
+        for kind, (rank, usage) in (("ddcl", ddcl), ("slot", slot), ("perceiver", perceiver)):
+            jitter = spread * rng.standard_normal((n, 2))
+            main[e][kind] = [_history(kind, rank + j[0], usage + j[1], i,
+                                      **(ddcl_kwargs if kind == "ddcl" else {}))
+                             for i, j in enumerate(jitter)]
+    return _Result(_Settings(tuple(range(n))), main)
 
 
 def _decide(result):
-    return decide_d17(result, pr.sweep_rows(result), pr.TASK_TITLES)
+    return decide_d17(result, chance=CHANCE, task="20 Newsgroups")
 
 
-def test_ddcl_using_more_of_its_bank_than_both_peers_reproduces_the_claim():
-    v = _decide(_fake_result())
-    assert isinstance(v, Verdict) and v.claim == "D17" and v.word == "reproduced"
-    assert v.rule == amended_rule_of("D17")[0].text and v.n_seeds == 5
-    assert v.scale == f"epoch {EPOCHS}" and v.numbers["registered_word"] == "reproduced"
-    assert v.interval[0] > 0 and v.numbers["interval_perceiver"][0] > 0
-    assert list(v.trend) == [f"epoch {e}" for e in (1, 2, 3, 4)]
-    assert "smallest detectable" in v.evidence and "paired t" in v.evidence
-    assert "Slot Attention runs 3 iterations at inference, FLOPs 2.00-3.00" in v.evidence
-    assert v.tolerance.abs == 0.06
+def test_clear_gains_on_both_readings_against_both_peers_reproduce_the_claim():
+    v = _decide(_fake())
+    assert isinstance(v, Verdict) and v.word == "reproduced"
+    assert [t.word for t in v.tests] == ["reproduced"] * 4
+    assert all(g.passed for g in v.gates)
+    rule = rule_of("D17")
+    assert v.rule == rule.text and v.n_seeds == D17_SEEDS == rule.n_seeds
+    assert tuple(v.interval) == tuple(v.tests[0].interval)        # the primary test binds
+    assert v.tests[0].method == "bootstrap over seeds and items"
+    assert v.tests[2].method == "paired t"
+    assert v.trend.keys() == {"4 epochs", f"{EPOCHS} epochs"} and v.scale == f"{EPOCHS} epochs"
+    assert v.tolerance is not None and v.tolerance.declared
+    # per-seed paired differences of every test, per-sequence ones beside the rank tests
+    assert set(v.per_seed) >= {t.statistic for t in rule.tests}
+    rank_items = v.per_seed[rule.tests[0].statistic + ", per sequence"]
+    assert len(rank_items) == D17_SEEDS and len(rank_items[0]) == ITEMS
+    assert np.mean(rank_items[0]) == pytest.approx(v.per_seed[rule.tests[0].statistic][0])
 
 
-def test_a_peer_using_more_slots_than_ddcl_is_not_reproduced():
-    v = _decide(_fake_result(slot=(0.99, 0.98, 0.99, 0.97, 0.99)))
-    assert v.word == "not reproduced" and v.interval[1] < 0
+def test_a_peer_ahead_on_the_usage_reading_is_shown_beside_and_decides_nothing():
+    """Slot Attention ahead on usage (its vectors coincide and split the first choices evenly):
+    decided and shown beside the rule; DDCL far ahead on the maps' rank decides."""
+    v = _decide(_fake(slot=(0.10, 0.99)))
+    assert [t.word for t in v.tests] == ["reproduced", "reproduced", "not reproduced",
+                                         "reproduced"]
+    assert [t.binding for t in v.tests] == [True, True, False, False]
+    assert v.word == "reproduced" and v.interval == tuple(v.tests[0].interval)
+    assert "usage / S, DDCL - Slot Attention" in v.evidence
 
 
-def test_an_interval_across_zero_is_inconclusive():
-    v = _decide(_fake_result(slot=(0.95, 0.85, 0.92, 0.86, 0.90)))
-    assert v.interval[0] < 0 < v.interval[1] and v.word == "inconclusive"
+def test_a_negligible_gain_below_the_sesoi_is_not_reproduced():
+    v = _decide(_fake(perceiver=(0.45 - D17_SESOI / 2, 0.30), spread=0.002))
+    low, high = v.tests[1].interval
+    assert 0 < low and high < D17_SESOI                       # real, but smaller than matters
+    assert v.tests[1].word == "not reproduced" and v.word == "not reproduced"
 
 
-def test_fewer_seeds_than_the_rule_decide_nothing():
-    v = _decide(_fake_result(ddcl=(0.9, 0.92, 0.88), slot=(0.6, 0.62, 0.58),
-                             perceiver=(0.5, 0.52, 0.48)))
-    assert v.word == "inconclusive" and "3 seeds (the rule asks 5)" in v.evidence
+def test_an_interval_holding_both_the_margin_and_the_sesoi_is_inconclusive():
+    v = _decide(_fake(perceiver=(0.45 - 1.4 * D17_SESOI, 0.30), spread=0.07))
+    low, high = v.tests[1].interval
+    assert low < 0 < D17_SESOI < high
+    assert v.tests[1].word == "inconclusive" and v.word == "inconclusive"
 
 
-def test_runs_off_their_plateau_make_it_inconclusive():
-    result = _fake_result(losses=MOVING)
-    assert d17_gates(result)["unfinished"] == [f"ddcl/{i}" for i in range(5)]
-    v = _decide(result)
-    assert v.word == "inconclusive" and "plateau" in v.evidence and v.numbers["unfinished"] == 5
+def test_fewer_seeds_than_the_rule_registers_decide_nothing():
+    v = _decide(_fake(n=5))
+    assert [t.word for t in v.tests] == ["reproduced"] * 4
+    assert v.word == "inconclusive" and f"the rule asks {D17_SEEDS}" in v.evidence
 
 
-def test_tau_above_the_critical_temperature_of_l_q_leaves_the_claim_untested():
-    v = _decide(_fake_result(ratio=1.2))
-    assert v.word == "inconclusive" and v.numbers["above_tc"] == 5
+def test_a_ddcl_run_at_or_above_t_c_fails_the_gate():
+    ratio = np.full(EPOCHS + 1, 0.3)
+    ratio[EPOCHS] = 1.2                                       # T_c fell below tau at the end
+    v = _decide(_fake(ratio=ratio))
+    gate = next(g for g in v.gates if g.name == "tau below T_c")
+    assert not gate.passed and "1.2 at the end" in gate.detail
+    assert v.word == "inconclusive" and "tau below T_c" in v.evidence
+    assert [t.word for t in v.tests] == ["reproduced"] * 4   # the intervals are still shown
 
 
-def test_a_ddcl_collapse_below_t_c_of_l_q_refutes_the_claim_and_above_it_does_not():
-    below = _decide(_fake_result(sweep_collapse_ratio=0.5))
-    assert below.word == "refuted" and below.numbers["refuting"] == 1
-    above = _decide(_fake_result(sweep_collapse_ratio=5.0))
-    assert above.word == "reproduced" and above.numbers["ddcl_threshold"]
-    assert above.numbers["drifted"] == 0                  # it started above T_c too
+def test_the_start_and_end_of_tau_over_t_c_are_reported():
+    ratio = np.linspace(0.25, 0.1, EPOCHS + 1)
+    gate = d17_gates(_fake(ratio=ratio), CHANCE)[0]
+    assert gate.passed and "0.25 at the start, 0.1 at the end" in gate.detail
 
 
-def test_a_ddcl_run_that_started_below_t_c_and_collapsed_after_t_c_drifted_qualifies_it():
-    v = _decide(_fake_result(sweep_collapse_ratio=5.0, sweep_start_ratio=0.05))
-    assert v.word == "qualified" and v.numbers["drifted"] == 1 and v.numbers["refuting"] == 0
-    assert "started below T_c and collapsed" in v.evidence
+def test_a_reading_still_moving_at_the_end_fails_the_settled_gate():
+    v = _decide(_fake(moving=True))
+    gate = next(g for g in v.gates if g.name == "settled")
+    assert not gate.passed and v.word == "inconclusive"
 
 
-def test_usage_blind_to_collapse_is_decided_by_the_maps_rank_and_both_words_are_shown():
-    """Collapsed-looking Slot Attention: first choices spread evenly (usage 0.99) while its
-    maps have rank 0.3 of S: the registered rule says not reproduced, the amended reproduced."""
-    v = _decide(_fake_result(slot=(0.99, 0.98, 0.99, 0.97, 0.99),
-                             slot_rank=(0.3, 0.32, 0.28, 0.31, 0.29)))
-    assert v.word == "reproduced" and v.numbers["registered_word"] == "not reproduced"
-    assert "not reproduced by that rule" in v.evidence and "amended because" in v.evidence
-    assert v.numbers["usage_intervals"]["slot"][1] < 0 < v.interval[0]
+def test_a_readout_that_did_not_learn_the_task_fails_the_learned_gate():
+    v = _decide(_fake(acc=CHANCE + 0.05))
+    gate = next(g for g in v.gates if g.name == "learned")
+    assert not gate.passed and v.word == "inconclusive"
 
 
-def test_intervals_trend_and_values_follow_the_records():
-    result = _fake_result()
-    assert usage_values(result, "ddcl") == pytest.approx([0.9, 0.92, 0.88, 0.91, 0.89])
-    assert usage_values(result, "slot", 0) == pytest.approx([0.5] * 5)
-    first, second = d17_intervals(result)
-    assert first.method == "paired t" and first.estimate == pytest.approx(0.3)
-    assert second.estimate == pytest.approx(0.4)
-    assert [iv.estimate for iv in d17_rank_intervals(result)] == pytest.approx([0.3, 0.4])
-    assert rank_values(result, "ddcl") == pytest.approx(usage_values(result, "ddcl"))
-    trend = d17_trend(result)
-    assert trend[f"epoch {EPOCHS}"][0] == pytest.approx(0.3)
-    assert d17_trend(result, statistic="usage") == trend          # the fakes' two agree
+def test_samples_pair_the_runs_by_seed_and_sequence():
+    result = _fake(n=4)
+    ours = per_seed(result, "ddcl", "maps_rank")
+    theirs = per_seed(result, "slot", "maps_rank")
+    items = d17_items(result, "slot")
+    assert np.allclose([d.mean() for d in items], ours - theirs)
+    samples = d17_samples(result)
+    assert len(samples) == len(TESTS) == 4
+    interval, spread = samples[0]
+    assert interval.method == "bootstrap over seeds and items" and interval.n == 4
+    assert spread == pytest.approx(np.std(ours - theirs, ddof=1))
+    assert np.allclose(samples[2], per_seed(result, "ddcl", "normalised_usage")
+                       - per_seed(result, "slot", "normalised_usage"))
+    assert list(d17_trend(result, 2)) == ["4 epochs", f"{EPOCHS} epochs"]
     with pytest.raises(ValueError, match="statistic"):
-        d17_trend(result, statistic="perplexity")
-    assert trend["epoch 1"][0] == pytest.approx(0.3 / 4, abs=1e-4)
-    with pytest.raises(ValueError, match="no record of epoch 9"):
-        usage_values(result, "ddcl", 9)
-    assert math.isclose(d17_gates(result)["max_ratio"], 0.1)
+        per_seed(result, "ddcl", "accuracy")
+    with pytest.raises(ValueError, match="test"):
+        d17_trend(result, 4)
+    with pytest.raises(ValueError, match="chance"):
+        decide_d17(result, chance=1.5, task="x")
 
 
-def test_parts_beside_the_rule():
-    result = _fake_result()
-    parts = d17_parts(result, pr.sweep_rows(result))
-    assert parts["peers_collapse"] and parts["slot_costs_more"] and not parts["ddcl_collapses"]
-    result.flops["slot"] = [50, 400]
-    assert not d17_parts(result, pr.sweep_rows(result))["slot_costs_more"]
+def test_the_registered_rule_matches_the_study_s_confirmatory_seeds():
+    from ddcl_theory.runtime import profile
+    rule = rule_of("D17")
+    assert rule.n_seeds == pr.D17_SEEDS
+    ref = pr.StudySettings.for_profile(profile.Profile("reference", "cpu"))
+    assert len(ref.seeds) == rule.n_seeds and min(ref.seeds) >= 1000
+    assert ref.scales()[-1] == ref.epochs and len(ref.scales()) >= 3
+    assert all(t.s - t.margin == pytest.approx(1 / ref.ng_slots) for t in rule.tests)
 
 
-def test_a_gap_widens_or_narrows_only_when_its_intervals_part():
-    from ddcl_theory.ledger.decisions.peer_readouts import _direction
-    assert _direction([-0.320, -0.39, -0.25], [-0.322, -0.39, -0.25]) == "holds"
-    assert _direction([0.05, 0.0, 0.1], [0.3, 0.25, 0.35]) == "widens"
-    assert _direction([0.3, 0.25, 0.35], [0.05, 0.0, 0.1]) == "narrows"
+def test_the_trend_reads_separate_runs_with_fewer_seeds_at_the_shorter_schedules():
+    result = _fake()
+    result.main[4] = {k: runs[:3] for k, runs in result.main[4].items()}
+    trend = d17_trend(result, 0)
+    short, full = trend["4 epochs"], trend[f"{EPOCHS} epochs"]
+    assert short[1] <= short[0] <= short[2] and full[1] <= full[0] <= full[2]
+    assert short[2] - short[1] > full[2] - full[1]            # three seeds: a wider interval
+    result.main[4] = {k: runs[:1] for k, runs in result.main[4].items()}
+    one = d17_trend(result, 2)["4 epochs"]
+    assert one[0] == one[1] == one[2]                          # one seed: a point

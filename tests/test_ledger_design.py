@@ -73,3 +73,14 @@ def test_combine_and_rule_checks():
     with pytest.raises(ValueError, match="at least 5 seeds"):
         Rule((GAIN,), n_seeds=3, scales="x")
     assert "SESOI 0.02" in RULE.text and "Gates" in RULE.text and "10 seeds" in RULE.text
+
+
+def test_tests_beside_the_rule_are_decided_and_shown_but_not_combined():
+    blind = Test("usage", ">", sesoi=0.05, why="one vector's worth")
+    rule = Rule((GAIN,), n_seeds=5, scales="s", beside=(blind,))
+    res = rule.evaluate([np.linspace(0.04, 0.06, 5), np.linspace(-0.31, -0.29, 5)])
+    assert [r.binding for r in res] == [True, False] and res[1].word == "not reproduced"
+    assert rule.word(res) == "reproduced" and rule.binding(res) == 0
+    assert "Decided beside, not combined: (2) usage > 0" in rule.text
+    with pytest.raises(ValueError, match="samples: expected 2"):
+        rule.evaluate([np.linspace(0.04, 0.06, 5)])

@@ -159,3 +159,10 @@ def test_the_ledger_waits_for_the_chapters_other_workers_run(tmp_path, monkeypat
         nbval_numeric._await_chapters(ledger)
     (tmp_path / "ddcl-nbval-run1" / f"{first}.done").touch()
     nbval_numeric._await_chapters(ledger)  # returns at once
+
+
+def test_glued_text_such_as_a_chapter_s_opening_box_is_compared_number_aware():
+    from ddcl_theory.ledger.nbval_numeric import is_text
+    assert is_text("application/papermill.record/text/markdown") and is_text("text/plain")
+    assert not is_text("application/papermill.record/image/png")
+    assert not is_text("image/png")

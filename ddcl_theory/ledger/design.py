@@ -74,9 +74,10 @@ class Test:
         return (f"{self.statistic} {self.side} {self.margin:g}{sesoi} "
                 f"({self.design}, 95% {self.method} interval)")
 
-    def result(self, interval: stats.Interval, spread: float) -> "TestResult":
+    def result(self, interval: stats.Interval, spread: float,
+               binding: bool = True) -> "TestResult":
         """This test decided on ``interval`` (per-seed standard deviation ``spread``, for the
-        power analysis)."""
+        power analysis); ``binding`` False for a test decided beside the rule."""
         gap = abs(self.s - self.margin) or abs(interval.estimate - self.margin)
         n = interval.n
         return TestResult(
@@ -87,7 +88,8 @@ class Test:
             detectable=(stats.detectable_effect(spread, n)
                         if n >= 2 and math.isfinite(spread) else None),
             word=stats.decide_interval(interval, side=self.side, margin=self.margin,
-                                       sesoi=self.sesoi))
+                                       sesoi=self.sesoi),
+            binding=binding)
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,7 @@ class TestResult:
     seeds_needed: int | None
     detectable: float | None
     word: str
+    binding: bool = True
 
     @property
     def reaches_sesoi(self) -> bool:
@@ -161,6 +164,8 @@ class Rule:
         power: how ``n_seeds`` follows from the pilot's spread (one sentence).
         gates: the design requirements a run must meet (one sentence each).
         note: what is shown beside the tests.
+        beside: tests decided and shown with the same design but not combined into the word
+            (a reading the rule names and says, before the run, why it cannot decide).
     """
 
     tests: tuple[Test, ...]
@@ -169,6 +174,7 @@ class Rule:
     power: str = ""
     gates: tuple[str, ...] = ()
     note: str = ""
+    beside: tuple[Test, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.tests:
@@ -178,16 +184,21 @@ class Rule:
             raise ValueError(f"n_seeds: the evidence standard asks for at least 5 seeds, got "
                              f"{self.n_seeds!r}")
 
+    @property
+    def all_tests(self) -> tuple[Test, ...]:
+        """The binding tests, then those decided beside."""
+        return self.tests + self.beside
+
     def evaluate(self, samples: Sequence) -> list[TestResult]:
-        """One :class:`TestResult` per test from ``samples`` (in test order): each either the
-        per-seed values of the statistic (shape ``(n_seeds,)``: the paired differences for a
-        paired test; its t interval is computed here), or ``(interval, spread)`` for an
-        interval computed elsewhere (a bootstrap over seeds and items) with the per-seed
-        standard deviation of its statistic."""
-        if len(samples) != len(self.tests):
-            raise ValueError(f"samples: expected {len(self.tests)}, got {len(samples)}")
+        """One :class:`TestResult` per test of :attr:`all_tests` from ``samples`` (in that
+        order): each either the per-seed values of the statistic (shape ``(n_seeds,)``: the
+        paired differences for a paired test; its t interval is computed here), or
+        ``(interval, spread)`` for an interval computed elsewhere (a bootstrap over seeds and
+        items) with the per-seed standard deviation of its statistic."""
+        if len(samples) != len(self.all_tests):
+            raise ValueError(f"samples: expected {len(self.all_tests)}, got {len(samples)}")
         out = []
-        for test, sample in zip(self.tests, samples):
+        for i, (test, sample) in enumerate(zip(self.all_tests, samples)):
             if isinstance(sample, tuple) and len(sample) == 2 \
                     and isinstance(sample[0], stats.Interval):
                 interval, spread = sample
@@ -198,13 +209,16 @@ class Rule:
                 values = np.asarray(sample, dtype=float)
                 interval = _t_interval(values, test)
                 spread = float(np.std(values, ddof=1)) if values.size > 1 else math.nan
-            out.append(test.result(interval, float(spread)))
+            out.append(test.result(interval, float(spread), binding=i < len(self.tests)))
         return out
 
     def word(self, results: Sequence[TestResult], gates: Sequence[Gate] = ()) -> str:
-        """The claim's word from its decided tests and the run's gates."""
-        if len(results) != len(self.tests):
-            raise ValueError(f"results: expected {len(self.tests)}, got {len(results)}")
+        """The claim's word from its decided tests (the binding ones first; those beside are
+        not combined) and the run's gates."""
+        if len(results) not in (len(self.tests), len(self.all_tests)):
+            raise ValueError(f"results: expected {len(self.tests)} or {len(self.all_tests)}, "
+                             f"got {len(results)}")
+        results = results[:len(self.tests)]
         word = combine([r.word for r in results])
         if any(not g.passed for g in gates):
             return "inconclusive"
@@ -215,7 +229,7 @@ class Rule:
     def binding(self, results: Sequence[TestResult]) -> int:
         """The index of the test that decides the word: the first ``not reproduced``, else the
         first ``inconclusive``, else the first test."""
-        words = [r.word for r in results]
+        words = [r.word for r in results[:len(self.tests)]]
         for w in ("not reproduced", "inconclusive"):
             if w in words:
                 return words.index(w)
@@ -230,6 +244,10 @@ class Rule:
                  "Each test: not reproduced when its interval lies short of the SESOI, "
                  "reproduced when it lies beyond the margin, inconclusive when it holds both; "
                  "the claim is reproduced when every test is, not reproduced when one is."]
+        if self.beside:
+            start = len(self.tests) + 1
+            parts.append("Decided beside, not combined: " + "; ".join(
+                f"({i}) {t.text}" for i, t in enumerate(self.beside, start)) + ".")
         if self.gates:
             parts.append("Gates (a failed one makes the word inconclusive): "
                          + "; ".join(self.gates) + ".")

@@ -16,6 +16,15 @@ import pytest
 from ddcl_theory.ledger.tolerance import Tolerance, compare_text, parse_declaration
 
 TEXT_KEYS = ("stdout", "stderr", "text", "text/plain", "text/markdown", "text/html")
+#: the MIME prefix of a value glued by myst-nb (``glue(key, value, display=False)``, e.g. a
+#: chapter's opening box): its text is compared like any other text output
+GLUE_PREFIX = "application/papermill.record/"
+
+
+def is_text(key: str) -> bool:
+    """Whether output field or MIME type ``key`` holds text (compared number-aware)."""
+    return key in TEXT_KEYS or (key.startswith(GLUE_PREFIX)
+                                and key.removeprefix(GLUE_PREFIX) in TEXT_KEYS)
 
 
 def _flatten(outputs, skip, sanitize) -> dict[str, list]:
@@ -55,7 +64,7 @@ def compare_outputs(self, test, ref, skip_compare=None):
                 f"{key}: golden has {len(want_values)} outputs, got {len(got_values)}")
             return False
         for w, g in zip(want_values, got_values):
-            if isinstance(w, str) and isinstance(g, str) and key in TEXT_KEYS:
+            if isinstance(w, str) and isinstance(g, str) and is_text(key):
                 problems = compare_text(w, g, tol)
             else:
                 problems = [] if w == g else [f"{key} differs"]

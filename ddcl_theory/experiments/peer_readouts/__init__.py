@@ -33,16 +33,18 @@ several sequence lengths in one run, interleaved, and returns time ratios to DDC
 reported, never asserted; :func:`flop_counts` counts the matrix-product FLOPs of the same
 forward passes (deterministic, so usable in a verdict).
 
-The D17 study (:func:`run`, the chapter's and the smoke test's entry) trains the three readouts
-over several seeds on real tasks (:func:`load_task`): SST-2 and 20 Newsgroups through the frozen
-text encoder and the token-embedding cache of the text chapter, and sets of orbital-debris objects
-labelled by the orbit classes they contain (:func:`debris_sets`), and runs a mechanism sweep
-(:data:`SWEEP`: temperature, number of slots, learning rates, near-equal starts) on one of them.
-:func:`sweep_rows` summarises it; the verdict is
+The D17 study (:func:`run`, the chapter's and the smoke test's entry) tunes each readout's
+learning rate and attention temperature on one common grid (:func:`tune`, validation accuracy on
+a held-out share of the training sequences), then trains the three readouts at their chosen
+configurations over several seeds and schedules on one real task (:func:`load_task`: 20
+Newsgroups through the frozen text encoder and the token-embedding cache of the text chapter),
+and runs a mechanism sweep (:data:`SWEEP`: temperature, number of slots, learning rates,
+near-equal starts) on sets of orbital-debris objects (:func:`debris_sets`). :func:`sweep_rows`
+and :func:`tuning_rows` summarise it; the verdict is
 :func:`ddcl_theory.ledger.decisions.peer_readouts.decide_d17`. The collapse rule is
-:meth:`CollapseRecord.collapsed` on the attention rows. DDCL can run at a temperature relative to
-the critical temperature T_c = 2 lambda_max of its projected tokens (``ddcl_relative_temperature``;
-:func:`ddcl_theory.theory.collapse.critical_temperature`);
+:meth:`CollapseRecord.collapsed` on the attention rows. DDCL runs at a temperature relative to
+the critical temperature T_c = 4 lambda_max of the L_q it trains, on its projected tokens
+(``ddcl_relative_temperature``; :func:`ddcl_theory.theory.collapse.critical_temperature`);
 every record carries tau / T_c of the *current* tokens.
 
 Modules: :mod:`.settings` (the study's and one run's settings), :mod:`.data` (token sets and
@@ -81,29 +83,39 @@ from ddcl_theory.experiments.peer_readouts.records import (
     CollapseRecord,
     PeerResult,
     ReadoutHistory,
+    collapse_readings,
+    first_choice_perplexity,
 )
 from ddcl_theory.experiments.peer_readouts.settings import (
     BANK_INITS,
+    D17_SEEDS,
     DDCL_READOUT,
     ENCODERS,
     READOUTS,
     TASKS,
+    TEMPERATURE_FIELDS,
     PeerSettings,
     StudySettings,
 )
 from ddcl_theory.experiments.peer_readouts.study import (
     SWEEP,
+    Config,
     StudyResult,
     SweepRun,
     Variant,
+    choose,
     cost_settings,
     run,
+    tune,
+    validation_split,
 )
 from ddcl_theory.experiments.peer_readouts.summaries import (
     SweepRow,
+    TuningRow,
     accuracy,
     series,
     sweep_rows,
+    tuning_rows,
 )
 from ddcl_theory.experiments.peer_readouts.training import (
     compare_readouts,
@@ -112,6 +124,7 @@ from ddcl_theory.experiments.peer_readouts.training import (
 
 __all__ = [
     "BANK_INITS",
+    "D17_SEEDS",
     "DDCL_READOUT",
     "DEBRIS_SUBSETS",
     "ENCODERS",
@@ -119,7 +132,9 @@ __all__ = [
     "SWEEP",
     "TASKS",
     "TASK_TITLES",
+    "TEMPERATURE_FIELDS",
     "CollapseRecord",
+    "Config",
     "CostResult",
     "PeerResult",
     "PeerSettings",
@@ -131,10 +146,13 @@ __all__ = [
     "SweepRun",
     "TaskData",
     "TokenSet",
+    "TuningRow",
     "Variant",
     "accuracy",
     "bank_parameters",
     "build_readout",
+    "choose",
+    "collapse_readings",
     "compare_readouts",
     "cost_settings",
     "critical_ratio",
@@ -142,6 +160,7 @@ __all__ = [
     "ddcl_tokens",
     "debris_features",
     "debris_sets",
+    "first_choice_perplexity",
     "flop_counts",
     "inference_cost",
     "load_task",
@@ -152,4 +171,7 @@ __all__ = [
     "synthetic_tokens",
     "text_sets",
     "train_readout",
+    "tune",
+    "tuning_rows",
+    "validation_split",
 ]

@@ -35,6 +35,16 @@ class CollapseRecord:
                                            # T_c of the trained L_q (4 lambda_max)
     usage_perplexity: float = float("nan")  # exp(H(histogram of the tokens' first choices)), in
                                             # [1, S]: the codebook-usage perplexity
+    # the last record of a run: the effective rank of each measured sequence's S attention
+    # maps / S, in sequence order (their mean is maps.effective_rank / S); () before
+    maps_rank_items: tuple[float, ...] = ()
+
+    @property
+    def maps_rank(self) -> float:
+        """D17's first reading: the effective rank of the S attention maps / S, a mean over
+        the measured sequences, in [0, 1] (1: the S vectors read S different mixtures of the
+        tokens; 1/S: they read one)."""
+        return self.maps.effective_rank / self.maps.count
 
     @property
     def normalised_usage(self) -> float:
@@ -90,8 +100,8 @@ def measure_readout(model: ReadoutClassifier, data: TokenSet, test: TokenSet | N
     """The :class:`CollapseRecord` of ``model`` after ``epoch`` epochs (mean training loss
     ``loss``): accuracies on ``data`` (its first ``s.measure_sequences`` sequences) and on
     ``test`` (every epoch, or only when ``final`` unless ``s.test_every_epoch``), collapse
-    metrics and usage of the readout on ``data``, tau / T_c for DDCL. Leaves ``model`` in
-    training mode."""
+    metrics and usage of the readout on ``data``, tau / T_c for DDCL, and (``final``) the
+    per-sequence effective rank of the maps. Leaves ``model`` in training mode."""
     model.eval()
     gen_seed = s.seed + 10_007                                          # fixed noise for eval
 
@@ -118,7 +128,7 @@ def measure_readout(model: ReadoutClassifier, data: TokenSet, test: TokenSet | N
     # metrics batch by batch (a batch's maps are (b, S, T_batch)), then token/sequence means
     parts: dict[str, list[tuple[rm.CollapseMetrics, int]]] = {"vectors": [], "states": [],
                                                               "maps": []}
-    cols = []
+    cols, items = [], []
     for out, m, rows in outs:
         if not bool(rows.any()):
             continue
@@ -127,16 +137,37 @@ def measure_readout(model: ReadoutClassifier, data: TokenSet, test: TokenSet | N
             parts[name].append((rm.collapse_metrics(getattr(out, field_)[rows]), n))
         attn = out.attention[rows].transpose(1, 2)[m[rows]]            # (tokens, S)
         cols.append(attn)
+        if final:
+            s_count = out.attention.shape[1]
+            items += (rm.effective_rank(out.attention[rows]) / s_count).tolist()
     use = rm.map_usage(torch.cat(cols).T[None], None)
     ratio = float("nan")
     if isinstance(model.readout, DDCLReadoutAdapter):
         ratio = critical_ratio(model, data)
     model.train()
-    hist = use.histogram.to(torch.float64)
-    hard = float(torch.exp(-torch.special.xlogy(hist, hist).sum()))
+    hard = first_choice_perplexity(use.histogram)
     return CollapseRecord(epoch, loss, train_acc, test_acc, *(_mean_metrics(parts[k]) for k in
                                                              ("vectors", "states", "maps")),
-                          use.fraction_used, use.perplexity, use.token_perplexity, ratio, hard)
+                          use.fraction_used, use.perplexity, use.token_perplexity, ratio, hard,
+                          tuple(items))
+
+
+def first_choice_perplexity(histogram: torch.Tensor) -> float:
+    """exp(H(histogram)) of the shares (S,) of the tokens whose first choice is each of the S
+    vectors: the codebook-usage perplexity, in [1, S]."""
+    h = histogram.detach().to(torch.float64)
+    return float(torch.exp(-torch.special.xlogy(h, h).sum()))
+
+
+def collapse_readings(attention: torch.Tensor, mask: torch.Tensor | None = None
+                      ) -> tuple[float, float]:
+    """D17's two readings of attention maps (B, S, T) >= 0 with ``mask`` (B, T) bool: (the
+    mean over sequences of the effective rank of the S maps / S, the usage perplexity of the
+    valid tokens' first choices / S). Both in [0, 1]; 1 when the S vectors read S different
+    parts of the tokens."""
+    s = attention.shape[1]
+    rank = rm.effective_rank(attention).mean() / s
+    return float(rank), first_choice_perplexity(rm.map_usage(attention, mask).histogram) / s
 
 
 def _mean_metrics(parts: list[tuple[rm.CollapseMetrics, int]]) -> rm.CollapseMetrics:

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from ddcl_theory.experiments.probes import DDCLReadoutConfig
 from ddcl_theory.experiments.text_readout import ddcl_readout_config
 from ddcl_theory.layers.peers import PERCEIVER_SOFTMAX, SLOT_INITS
-from ddcl_theory.runtime.settings import Settings, setting
+from ddcl_theory.runtime.settings import Settings, confirmatory_seeds, setting
 
 __all__ = ["READOUTS", "BANK_INITS", "ENCODERS", "SCHEDULES", "TASKS", "DDCL_READOUT",
-           "PeerSettings", "StudySettings"]
+           "D17_SEEDS", "TEMPERATURE_FIELDS", "PeerSettings", "StudySettings"]
 
 READOUTS = ("ddcl", "slot", "perceiver")
 BANK_INITS = ("random", "near_equal")
@@ -29,6 +29,9 @@ if DDCL_READOUT.objective != "quantisation" or DDCL_READOUT.heads != 1:
                      f"(objective 'quantisation'), got {DDCL_READOUT!r}")
 
 _INF = math.inf          # ``lt=_INF``: a finite float (infinity itself is refused)
+
+#: The seeds of the confirmatory run: the registered rule's (``ledger.rules``, claim D17).
+D17_SEEDS = 30
 
 
 @dataclass(frozen=True)
@@ -87,45 +90,66 @@ class PeerSettings(Settings):
     cost_warmup: int = setting(2, ge=0)
 
 
+#: The common tuning grid of the attention temperature, as factors of each readout's own
+#: default (DDCL: tau / T_c of L_q; Slot Attention and Perceiver: tau dividing the logits after
+#: the usual 1/sqrt(dim), default 1). The units differ, the grid of factors is the same.
+TEMPERATURE_FIELDS = {"ddcl": "ddcl_relative_temperature", "slot": "slot_temperature",
+                      "perceiver": "perceiver_temperature"}
+
+
 @dataclass(frozen=True)
 class StudySettings(Settings):
     """Scale of the D17 study.
 
     Sizes are numbers of sequences; lengths are in tokens ([CLS] and [SEP] included for text).
 
-    *Main runs* (the three readouts on every task, ``seeds``, ``epochs``): batch
-    ``batch_size``, AdamW (``weight_decay``) at ``lr`` for bank and rest alike, a linear warm-up
-    over ``warmup_fraction`` of the steps then a cosine decay to 0 (the peers' recipes, scaled to
-    the run), cross-entropy with ``label_smoothing`` (a floor above 0 for the training loss,
-    whose plateau is tested). DDCL is the text chapter's readout (:data:`DDCL_READOUT`): K = the
-    number of classes on the text tasks, k-means++ plus ``ddcl_lloyd_steps`` Lloyd steps on the
-    first ``ddcl_init_sequences`` sequences, tau = ``ddcl_relative_temperature`` times T_c of
-    L_q on the same tokens, L_q weight ``ddcl_lam``. On ``decide_task`` every readout's learning
-    rate is chosen from ``tune_lrs`` by validation accuracy (``tune_fraction`` of the training
-    sequences held out, one run per value): the same tuning budget for each.
+    *Tuning* (on ``decide_task``): every readout is trained once (seed ``seeds[0]``) per
+    configuration of the common grid ``tune_lrs`` x ``tune_temperature_factors`` (a factor
+    multiplies the readout's default temperature: ``ddcl_relative_temperature``,
+    ``slot_temperature`` or ``perceiver_temperature``) on the training sequences less a held-out
+    ``tune_fraction`` (seed ``data_seed``), and its configuration is the one with the best
+    validation accuracy: the same number of configurations, the same split and the same
+    criterion for each readout.
+
+    *Main runs*: the three readouts at their chosen configurations on all the training
+    sequences of ``decide_task``, per schedule of :meth:`scales` (separate runs of
+    ``shorter_epochs`` and ``epochs`` epochs, each with its own warm-up and cosine decay): one
+    run per seed of ``seeds`` at the longest (the deciding runs), per seed of the first
+    ``trend_seeds`` at the shorter ones. Batch ``batch_size``, AdamW
+    (``weight_decay``), the bank at the same rate as the rest, cross-entropy with
+    ``label_smoothing``. DDCL is the text chapter's readout (:data:`DDCL_READOUT`): K = the
+    number of classes, k-means++ plus ``ddcl_lloyd_steps`` Lloyd steps on the first
+    ``ddcl_init_sequences`` sequences, tau = its relative temperature times T_c of L_q on the
+    same tokens, L_q weight ``ddcl_lam``.
 
     *Mechanism sweep* (``sweep_*``): its own recipe (constant ``sweep_lr``, Adam, batch
     ``sweep_batch_size``, DDCL at tau = ``sweep_relative_temperature`` T_c of L_q, no Lloyd
-    steps), the settings the sweep was designed around; 8 epochs and two seeds in the cpu and
-    reference profiles.
+    steps) on ``sweep_task``, two seeds per setting.
 
-    Profiles. cpu: subsamples, 5 epochs, three seeds, one learning rate, the collapse measures
-    on 128 sequences (a regression run); reference: the same data, five seeds (the rule's), 20
-    epochs, four rates, 256 sequences measured; paper: the full corpora (SST-2: a
-    class-balanced 20,000 of the training phrases), longer texts, five seeds, 30 epochs, timing
-    lengths up to 4096.
+    Profiles. cpu: three seeds, schedules of 2 and 5 epochs, one configuration per readout (at
+    its scale the choice between neighbouring configurations turns on a few validation
+    messages), the collapse measures on 128 sequences (a regression run and pilot);
+    reference: the rule's seeds (confirmatory, from 1000 up) at 20 epochs, five of them at 5
+    and 10 epochs, the grid of five rates and five temperature factors, 256 sequences
+    measured; paper: the full corpus, longer texts, 30 epochs, timing lengths up to 4096.
     """
 
-    tasks: tuple[str, ...] = setting(("20ng", "debris"), choices=TASKS, nonempty=True)
-    seeds: tuple[int, ...] = setting((0, 1, 2), reference=(0, 1, 2, 3, 4),
-                                     paper=(0, 1, 2, 3, 4), smoke=(0,), ge=0, nonempty=True)
-    epochs: int = setting(5, reference=20, paper=30, smoke=1, ge=1)
+    seeds: tuple[int, ...] = setting((0, 1, 2), reference=confirmatory_seeds(D17_SEEDS),
+                                     paper=confirmatory_seeds(D17_SEEDS), smoke=(0,), ge=0,
+                                     nonempty=True)
+    epochs: int = setting(5, reference=20, paper=30, smoke=2, ge=1)     # the deciding schedule
+    # the shorter schedules of the scale trend (separate runs, each its own cosine decay), run
+    # on the first ``trend_seeds`` seeds
+    shorter_epochs: tuple[int, ...] = setting((2,), reference=(5, 10), paper=(8, 15),
+                                              smoke=(1,), ge=1)
+    trend_seeds: int = setting(3, reference=5, paper=5, smoke=1, ge=1)
     decide_task: str = setting("20ng", choices=TASKS)
-    # cpu: one rate; at its scale neighbouring rates differ by a few validation messages and
-    # the choice flipped between CPUs (the golden must not hinge on it)
-    tune_lrs: tuple[float, ...] = setting((1e-2,), reference=(1e-3, 3e-3, 1e-2, 3e-2),
-                                          paper=(1e-3, 3e-3, 1e-2, 3e-2), gt=0, lt=_INF,
-                                          nonempty=True)
+    tune_lrs: tuple[float, ...] = setting((1e-2,), reference=(3e-4, 1e-3, 3e-3, 1e-2, 3e-2),
+                                          paper=(3e-4, 1e-3, 3e-3, 1e-2, 3e-2), smoke=(1e-2,),
+                                          gt=0, lt=_INF, nonempty=True)
+    tune_temperature_factors: tuple[float, ...] = setting(
+        (1.0,), reference=(0.03, 0.1, 0.3, 1.0, 3.0), paper=(0.03, 0.1, 0.3, 1.0, 3.0),
+        smoke=(1.0,), gt=0, lt=_INF, nonempty=True)
     tune_fraction: float = setting(0.2, gt=0, lt=1)
     sweep_task: str = setting("debris", choices=TASKS)
     sweep_seeds: tuple[int, ...] = setting((0, 1), paper=(0, 1, 2), smoke=(0,), ge=0,
@@ -151,13 +175,15 @@ class StudySettings(Settings):
     ng_slots: int = setting(20, ge=1)
     debris_slots: int = setting(6, ge=1)
     batch_size: int = setting(DDCL_READOUT.batch_size, ge=1)
-    lr: float = setting(DDCL_READOUT.lr, gt=0, lt=_INF)
+    lr: float = setting(DDCL_READOUT.lr, gt=0, lt=_INF)     # a main run's rate unless tuned
     weight_decay: float = setting(DDCL_READOUT.weight_decay, ge=0, lt=_INF)
     warmup_fraction: float = setting(0.05, ge=0, lt=1)
     label_smoothing: float = setting(0.1, ge=0, lt=1)
     ddcl_lam: float = setting(DDCL_READOUT.beta, ge=0, lt=_INF)
     ddcl_relative_temperature: float = setting(DDCL_READOUT.relative_temperature, gt=0,
                                                lt=_INF)
+    slot_temperature: float = setting(1.0, gt=0, lt=_INF)
+    perceiver_temperature: float = setting(1.0, gt=0, lt=_INF)
     ddcl_lloyd_steps: int = setting(DDCL_READOUT.lloyd_steps, ge=0)
     ddcl_init_sequences: int = setting(DDCL_READOUT.init_sequences, ge=0)
     sweep_batch_size: int = setting(64, ge=1)
@@ -171,9 +197,17 @@ class StudySettings(Settings):
     warmup: int = setting(2, paper=5, smoke=0, ge=0)
 
     def check(self) -> None:
-        if self.decide_task not in self.tasks:
-            raise ValueError(f"StudySettings.decide_task: expected one of tasks {self.tasks}, "
-                             f"got {self.decide_task!r}")
+        if any(e >= self.epochs for e in self.shorter_epochs) \
+                or list(self.shorter_epochs) != sorted(set(self.shorter_epochs)):
+            raise ValueError(f"StudySettings.shorter_epochs: expected increasing schedules "
+                             f"shorter than epochs={self.epochs}, got {self.shorter_epochs}")
+        if self.trend_seeds > len(self.seeds):
+            raise ValueError(f"StudySettings.trend_seeds: expected at most the {len(self.seeds)} "
+                             f"seeds, got {self.trend_seeds}")
+        top = max(self.tune_temperature_factors) * self.ddcl_relative_temperature
+        if top >= 1:
+            raise ValueError(f"StudySettings.tune_temperature_factors: DDCL must start below "
+                             f"T_c (tau / T_c < 1), got up to {top:g}")
 
     def task_shape(self, task: str) -> tuple[int, int]:
         """(width, number of slots) of the readouts on ``task``."""
@@ -181,6 +215,29 @@ class StudySettings(Settings):
             raise ValueError(f"task: expected one of {TASKS}, got {task!r}")
         return {"sst2": (self.text_dim, self.sst2_slots), "20ng": (self.text_dim, self.ng_slots),
                 "debris": (self.debris_dim, self.debris_slots)}[task]
+
+    def scales(self) -> tuple[int, ...]:
+        """The schedules of the scale trend, in epochs (separate runs; the last decides)."""
+        return tuple(self.shorter_epochs) + (self.epochs,)
+
+    def seeds_at(self, epochs: int) -> tuple[int, ...]:
+        """The seeds run at the schedule of ``epochs`` epochs: all of ``seeds`` at the deciding
+        one, the first ``trend_seeds`` at the shorter ones."""
+        if epochs not in self.scales():
+            raise ValueError(f"epochs: expected one of the schedules {self.scales()}, got "
+                             f"{epochs!r}")
+        return self.seeds if epochs == self.epochs else self.seeds[:self.trend_seeds]
+
+    def configurations(self) -> tuple[tuple[float, float], ...]:
+        """The tuning grid: (learning rate, temperature factor) pairs, in order."""
+        return tuple((lr, f) for lr in self.tune_lrs for f in self.tune_temperature_factors)
+
+    def temperature(self, kind: str, factor: float = 1.0) -> float:
+        """The temperature of readout ``kind`` at ``factor`` times its default (DDCL: tau /
+        T_c of L_q at the start)."""
+        if kind not in TEMPERATURE_FIELDS:
+            raise ValueError(f"kind: expected one of {READOUTS}, got {kind!r}")
+        return factor * getattr(self, TEMPERATURE_FIELDS[kind])
 
     def peer_settings(self, task: str, seed: int, *, sweep: bool = False,
                       **overrides) -> PeerSettings:
@@ -204,13 +261,20 @@ class StudySettings(Settings):
                          warmup_fraction=self.warmup_fraction,
                          label_smoothing=self.label_smoothing,
                          ddcl_relative_temperature=self.ddcl_relative_temperature,
+                         slot_temperature=self.slot_temperature,
+                         perceiver_temperature=self.perceiver_temperature,
                          ddcl_lloyd_steps=self.ddcl_lloyd_steps,
                          ddcl_init_sequences=self.ddcl_init_sequences)
         if "lr" in overrides and "lr_bank" not in overrides:
             overrides = overrides | {"lr_bank": overrides["lr"]}
         return PeerSettings(**(base | overrides))
 
-    def scales(self) -> tuple[int, ...]:
-        """The epochs at which the deciding statistic is read (checkpoints of each run, the
-        last one deciding): a quarter, half, three quarters and all of ``epochs``."""
-        return tuple(sorted({max(1, round(self.epochs * f)) for f in (0.25, 0.5, 0.75, 1.0)}))
+    def tuned_settings(self, kind: str, seed: int, config: tuple[float, float],
+                       epochs: int | None = None) -> PeerSettings:
+        """The main-run settings of readout ``kind`` on ``decide_task`` at the tuning
+        configuration ``config`` = (learning rate, temperature factor), for ``epochs``
+        (default: the deciding schedule)."""
+        lr, factor = config
+        return self.peer_settings(self.decide_task, seed, lr=lr,
+                                  epochs=self.epochs if epochs is None else epochs,
+                                  **{TEMPERATURE_FIELDS[kind]: self.temperature(kind, factor)})

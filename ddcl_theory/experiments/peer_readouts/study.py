@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -97,35 +97,46 @@ class SweepRun:
     history: ReadoutHistory
 
 
+#: A tuning configuration: (learning rate, temperature factor).
+Config = tuple[float, float]
+
+
 @dataclass
 class StudyResult:
     """Everything the D17 chapter shows.
 
     Attributes:
         settings: the study's settings.
-        tasks: name -> :class:`TaskData` without the tensors' use after training (kept for the
-            chapter's description of the data).
-        main: task -> readout -> one :class:`ReadoutHistory` per seed of ``settings.seeds``.
+        tasks: name -> :class:`TaskData` (the deciding task and the sweep's).
+        tuning: readout -> configuration (lr, temperature factor) -> the history of its
+            tuning run (``test_acc``: accuracy on the held-out validation split).
+        main: schedule (epochs) -> readout -> one :class:`ReadoutHistory` per seed of
+            ``settings.seeds_at(epochs)``, at the readout's chosen configuration.
         sweep: the :class:`SweepRun` of every variant of :data:`SWEEP` and sweep seed.
         flops: readout -> FLOPs per sequence at each of ``settings.cost_lengths``
-            (:func:`flop_counts`, at the width and slot count of the first text task).
+            (:func:`flop_counts`, at the width and slot count of the deciding task).
         cost: forward times of the same readouts (:func:`inference_cost`), or None.
-        tuning: readout -> learning rate -> validation accuracy on ``settings.decide_task``
-            (:func:`tune`).
     """
 
     settings: StudySettings
     tasks: dict[str, TaskData]
-    main: dict[str, dict[str, list[ReadoutHistory]]]
+    tuning: dict[str, dict[Config, ReadoutHistory]]
+    main: dict[int, dict[str, list[ReadoutHistory]]]
     sweep: list[SweepRun]
     flops: dict[str, list[int]]
     cost: CostResult | None
-    tuning: dict[str, dict[float, float]] = field(default_factory=dict)
 
-    def chosen_lr(self, kind: str) -> float:
-        """The learning rate of ``kind``'s main runs on the deciding task (best validation
-        accuracy; the first of ``tune_lrs`` among equals)."""
-        return chosen_lr(self.tuning[kind])
+    def validation_accuracy(self, kind: str) -> dict[Config, float]:
+        """configuration -> validation accuracy of ``kind``'s tuning run."""
+        return {c: float(h.final.test_acc) for c, h in self.tuning[kind].items()}
+
+    def chosen(self, kind: str) -> Config:
+        """The configuration of ``kind``'s main runs (:func:`choose`)."""
+        return choose(self.validation_accuracy(kind))
+
+    def deciding(self, kind: str) -> list[ReadoutHistory]:
+        """``kind``'s main runs at the deciding (longest) schedule, in seed order."""
+        return self.main[self.settings.epochs][kind]
 
     @property
     def slot_iterations(self) -> int:
@@ -134,27 +145,26 @@ class StudyResult:
 
 
 def cost_settings(s: StudySettings) -> PeerSettings:
-    """The readouts timed and counted: width and slot count of the first text task of
-    ``s.tasks`` (else of the first task), every other field at its default."""
-    task = next((t for t in s.tasks if t != "debris"), s.tasks[0])
-    return s.peer_settings(task, 0)
+    """The readouts timed and counted: width and slot count of the deciding task, every
+    other field at its default."""
+    return s.peer_settings(s.decide_task, 0)
 
 
-def _unit(ckpt: RunDir, key: str, kind: str, task: TaskData,
+def _unit(ckpt: RunDir, key: str, kind: str, train: TokenSet, test: TokenSet,
           ps: PeerSettings) -> ReadoutHistory:
     """One training run as a unit of the run directory: read back when finished, else trained
     (resuming from its last epoch's checkpoint when one is there)."""
-    return ckpt.unit(key, functools.partial(train_readout, kind, task.train, ps, task.test,
+    return ckpt.unit(key, functools.partial(train_readout, kind, train, ps, test,
                                             run=ckpt, name=key))
 
 
-def chosen_lr(scores: dict[float, float]) -> float:
-    """The learning rate with the best validation accuracy in ``scores`` (lr -> accuracy);
-    among equals the first."""
+def choose(scores: dict[Config, float]) -> Config:
+    """The configuration with the best validation accuracy in ``scores`` (configuration ->
+    accuracy); among equals the first in grid order."""
     if not scores:
-        raise ValueError("scores: expected at least one learning rate")
+        raise ValueError("scores: expected at least one configuration")
     best = max(scores.values())
-    return next(lr for lr, acc in scores.items() if acc == best)
+    return next(c for c, acc in scores.items() if acc == best)
 
 
 def validation_split(data: TokenSet, fraction: float, seed: int) -> tuple[TokenSet, TokenSet]:
@@ -169,38 +179,39 @@ def validation_split(data: TokenSet, fraction: float, seed: int) -> tuple[TokenS
 
 
 def tune(s: StudySettings, task: TaskData, ckpt: RunDir | None = None
-         ) -> dict[str, dict[float, float]]:
-    """readout -> learning rate -> validation accuracy: each readout of :data:`READOUTS`
-    trained once (seed ``s.seeds[0]``) per value of ``s.tune_lrs`` on the training sequences of
-    ``task`` less a held-out ``s.tune_fraction`` (seed ``s.data_seed``), with the main runs'
-    recipe. The same budget for every readout."""
+         ) -> dict[str, dict[Config, ReadoutHistory]]:
+    """readout -> configuration -> tuning run: each readout of :data:`READOUTS` trained once
+    (seed ``s.seeds[0]``, the deciding schedule) per configuration of
+    :meth:`StudySettings.configurations` on the training sequences of ``task`` less a held-out
+    ``s.tune_fraction`` (seed ``s.data_seed``), its accuracy on the held-out part recorded as
+    ``test_acc``. The same grid, split and budget for every readout."""
     fit_set, val_set = validation_split(task.train, s.tune_fraction, s.data_seed)
     ckpt = ckpt or RunDir("peer_readouts", s)
-    out: dict[str, dict[float, float]] = {}
+    out: dict[str, dict[Config, ReadoutHistory]] = {}
     for kind in READOUTS:
         out[kind] = {}
-        for lr in s.tune_lrs:
-            key = f"tune/{task.name}/{kind}/lr={lr:g}"
-            ps = s.peer_settings(task.name, s.seeds[0], lr=lr)
-            hist = ckpt.unit(key, functools.partial(train_readout, kind, fit_set, ps, val_set,
-                                                    run=ckpt, name=key))
-            out[kind][float(lr)] = float(hist.final.test_acc)
+        for config in progress(s.configurations(), desc=f"tuning {kind}"):
+            lr, factor = config
+            key = f"tune/{task.name}/{kind}/lr={lr:g}/factor={factor:g}"
+            ps = s.tuned_settings(kind, s.seeds[0], config)
+            out[kind][config] = _unit(ckpt, key, kind, fit_set, val_set, ps)
     return out
 
 
 def run(settings: StudySettings | None = None, *, encoder=None,
         tasks: dict[str, TaskData] | None = None, timing: bool = True) -> StudyResult:
-    """Train the three readouts on every task over ``settings.seeds``, run the mechanism
-    sweep on ``settings.sweep_task``, count FLOPs and (``timing``) time the forward passes.
+    """Tune the three readouts on ``settings.decide_task``, train each at its chosen
+    configuration over ``settings.seeds`` at every schedule of ``settings.scales()``, run the
+    mechanism sweep on ``settings.sweep_task``, count FLOPs and (``timing``) time the forward
+    passes.
 
     ``tasks`` (name -> :class:`TaskData`) replaces loading; ``encoder`` is the frozen text
-    encoder (loaded from the settings when a text task needs it). In the paper profile every
-    finished training run is checkpointed (:class:`ddcl_theory.runtime.rundir.RunDir`).
+    encoder (loaded from the settings when a text task needs it). Every finished training run
+    is a unit of the run directory (:class:`ddcl_theory.runtime.rundir.RunDir`).
     """
     s = settings or StudySettings.from_profile()
-    needed = tuple(dict.fromkeys(s.tasks + (s.sweep_task,)))
     data = dict(tasks or {})
-    for name in needed:
+    for name in dict.fromkeys((s.decide_task, s.sweep_task)):
         if name not in data:
             if name != "debris" and encoder is None:
                 from ddcl_theory.data.text import load_encoder
@@ -208,24 +219,26 @@ def run(settings: StudySettings | None = None, *, encoder=None,
                                        batch_tokens=s.encoder_batch_tokens)
             data[name] = load_task(name, s, encoder)
     ckpt = RunDir("peer_readouts", s)
-    tuning = tune(s, data[s.decide_task], ckpt)
-    main: dict[str, dict[str, list[ReadoutHistory]]] = {}
-    for task in progress(s.tasks, desc="tasks"):
-        d = data[task]
-        lr = {k: chosen_lr(tuning[k]) if task == s.decide_task else s.lr for k in READOUTS}
-        main[task] = {kind: [_unit(ckpt, f"main/{task}/{kind}/seed={seed}", kind, d,
-                                   s.peer_settings(task, seed, lr=lr[kind]))
-                             for seed in s.seeds] for kind in READOUTS}
+    d = data[s.decide_task]
+    tuning = tune(s, d, ckpt)
+    chosen = {k: choose({c: float(h.final.test_acc) for c, h in tuning[k].items()})
+              for k in READOUTS}
+    main: dict[int, dict[str, list[ReadoutHistory]]] = {}
+    for epochs in progress(s.scales(), desc="schedules"):
+        main[epochs] = {kind: [_unit(ckpt, f"main/{d.name}/{kind}/epochs={epochs}/seed={seed}",
+                                     kind, d.train, d.test,
+                                     s.tuned_settings(kind, seed, chosen[kind], epochs))
+                               for seed in s.seeds_at(epochs)] for kind in READOUTS}
     d = data[s.sweep_task]
     sweep = []
     for v in progress(SWEEP, desc="sweep"):
         for seed in s.sweep_seeds:
             ps = s.peer_settings(s.sweep_task, seed, sweep=True, **dict(v.overrides))
-            hist = _unit(ckpt, f"sweep/{v.readout}/{v.label}/seed={seed}", v.readout, d, ps)
+            hist = _unit(ckpt, f"sweep/{v.readout}/{v.label}/seed={seed}", v.readout,
+                         d.train, d.test, ps)
             sweep.append(SweepRun(v, seed, hist))
     cs = cost_settings(s)
     flops = flop_counts(cs)
     cost = inference_cost(cs) if timing else None
-    ckpt.finish({"tasks": list(s.tasks), "sweep_runs": len(sweep)})
-    return StudyResult(s, data, main, sweep, flops, cost, tuning)
-
+    ckpt.finish({"schedules": list(s.scales()), "sweep_runs": len(sweep)})
+    return StudyResult(s, data, tuning, main, sweep, flops, cost)

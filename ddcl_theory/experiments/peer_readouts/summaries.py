@@ -66,12 +66,46 @@ def sweep_rows(result: StudyResult) -> list[SweepRow]:
     return rows
 
 
-def accuracy(result: StudyResult, task: str, kind: str) -> tuple[float, float]:
-    """(mean, standard deviation) over seeds of the final test accuracy."""
-    accs = [h.final.test_acc for h in result.main[task][kind]]
-    return float(np.mean(accs)), float(np.std(accs))
+def accuracy(result: StudyResult, kind: str, epochs: int | None = None) -> np.ndarray:
+    """(seeds,) final test accuracy of ``kind``'s main runs of ``epochs`` epochs (default: the
+    deciding schedule)."""
+    e = result.settings.epochs if epochs is None else epochs
+    return np.array([h.final.test_acc for h in result.main[e][kind]])
 
 
-def series(result: StudyResult, task: str, kind: str, name: str) -> np.ndarray:
-    """(seeds, epochs + 1) of one per-epoch quantity (see :meth:`ReadoutHistory.series`)."""
-    return np.stack([h.series(name) for h in result.main[task][kind]])
+def series(result: StudyResult, kind: str, name: str, epochs: int | None = None) -> np.ndarray:
+    """(seeds, epochs + 1) of one per-epoch quantity of ``kind``'s main runs of ``epochs``
+    epochs (default: the deciding schedule; see :meth:`ReadoutHistory.series`)."""
+    e = result.settings.epochs if epochs is None else epochs
+    return np.stack([h.series(name) for h in result.main[e][kind]])
+
+
+@dataclass(frozen=True)
+class TuningRow:
+    """One tuning run: readout, configuration, validation accuracy and, on the training
+    sequences it measured, the two collapse readings at its end (both / S) and DDCL's
+    tau / T_c at its start and end (nan for the peers)."""
+
+    kind: str
+    lr: float
+    factor: float
+    temperature: float
+    validation_acc: float
+    maps_rank: float
+    usage: float
+    ratio_start: float
+    ratio_end: float
+
+
+def tuning_rows(result: StudyResult) -> list[TuningRow]:
+    """One :class:`TuningRow` per readout and configuration, in grid order."""
+    s = result.settings
+    rows = []
+    for kind, runs in result.tuning.items():
+        for (lr, factor), h in runs.items():
+            f = h.final
+            rows.append(TuningRow(kind, lr, factor, s.temperature(kind, factor),
+                                  float(f.test_acc), f.maps_rank,
+                                  f.normalised_usage, h.records[0].critical_ratio,
+                                  f.critical_ratio))
+    return rows
