@@ -193,7 +193,10 @@ def test_summary_rows_and_markdown(tmp_path):
     assert (row["chapter"], row["claims"], row["commit"], row["seconds"], row["stale"]) == (
         "chap", "D13", "abc", 12.3, False)
     text = reference.summary_markdown([row])
-    assert "| chap | D13 | `abc` | 12 | 2.x | 1.x |" in text and "| yes |" in text
+    assert "| chap | D13 | `abc` | – | 0.2 | 2.x |" in text and "| yes |" in text
+    text = reference.summary_markdown([dict(row, cpu_seconds=90.0)])
+    assert "| chap | D13 | `abc` | 1.5 | 0.2 | 2.x |" in text
+    assert "Total of the reference run: 2 CPU minutes (0.0 h), 0 wall minutes." in text
     (tmp_path / "ddcl_theory" / "layers" / "bar.py").write_text("X = 3\n")
     assert reference.summary(folder, tmp_path)[0]["stale"]
     assert "No reference run" in reference.summary_markdown([])

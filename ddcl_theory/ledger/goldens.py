@@ -123,6 +123,14 @@ def write(source: Path, out_dir: Path | None = None) -> float:
     return elapsed
 
 
+def _children_cpu_seconds() -> float:
+    """User + system CPU seconds of the finished child processes (a chapter's kernel): what a
+    chapter cost, whatever else the host was running beside it (wall seconds are not)."""
+    import resource
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def provenance_path(source: Path, out_dir: Path) -> Path:
     """``<out_dir>/<stem>.provenance.json``: the provenance of an executed chapter."""
     return out_dir / f"{source.stem}.provenance.json"
@@ -306,10 +314,12 @@ def main(argv: list[str] | None = None) -> int:
                       f"(--force to rerun)", flush=True)
                 continue
             print(f"executing {source.name} ({profile.describe()}) ...", flush=True)
+            cpu_before = _children_cpu_seconds()
             seconds = write(source, out)
             if resumable:
                 record["completed_utc"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
                 record["seconds"] = round(seconds, 1)
+                record["cpu_seconds"] = round(_children_cpu_seconds() - cpu_before, 1)
                 write_json(provenance_path(source, out), record)
                 if profile.current().is_reference:     # committed beside its verdicts
                     reference.write_provenance(source, record, seconds)

@@ -314,6 +314,7 @@ def summary(folder: Path | None = None, root: Path | None = None) -> list[dict]:
             "claims": ", ".join(r["id"] for r in entry["verdicts"]),
             "commit": (prov.get("git_commit") or "")[:12] or None,
             "seconds": prov.get("seconds"),
+            "cpu_seconds": prov.get("cpu_seconds"),
             "torch": prov.get("torch"),
             "numpy": prov.get("numpy"),
             "machine": (f"{machine.get('machine')}, {machine['cpus']} CPUs"
@@ -323,21 +324,28 @@ def summary(folder: Path | None = None, root: Path | None = None) -> list[dict]:
     return rows
 
 
+def _minutes(seconds: float | None) -> str:
+    return f"{seconds / 60:.1f}" if seconds is not None else "–"
+
+
 def summary_markdown(rows: list[dict]) -> str:
-    """:func:`summary` as a Markdown table, with the total time; a sentence when it is empty."""
+    """:func:`summary` as a Markdown table, with the total time (CPU minutes: what a chapter
+    cost whatever else the host ran; wall minutes beside); a sentence when it is empty."""
     if not rows:
         return ("No reference run is committed yet (`make reference` writes one to\n"
                 "`results/reference/`); the verdicts below are the cpu profile's.")
-    lines = ["| chapter | claims | commit | seconds | torch | numpy | machine | current |",
-             "|---|---|---|---:|---|---|---|---|"]
+    lines = ["| chapter | claims | commit | CPU min | wall min | torch | machine | current |",
+             "|---|---|---|---:|---:|---|---|---|"]
     for r in rows:
         cells = [r["chapter"], r["claims"] or "–", f"`{r['commit']}`" if r["commit"] else "–",
-                 f"{r['seconds']:.0f}" if r["seconds"] is not None else "–",
-                 r["torch"] or "–", r["numpy"] or "–", r["machine"] or "–",
+                 _minutes(r.get("cpu_seconds")), _minutes(r["seconds"]),
+                 r["torch"] or "–", r["machine"] or "–",
                  "**stale**" if r["stale"] else "yes"]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
-    total = sum(r["seconds"] or 0 for r in rows)
-    lines.append(f"\nTotal time of the reference run: {total:.0f} s ({total / 60:.1f} min).")
+    wall = sum(r["seconds"] or 0 for r in rows)
+    cpu = sum(r.get("cpu_seconds") or 0 for r in rows)
+    lines.append(f"\nTotal of the reference run: {cpu / 60:.0f} CPU minutes "
+                 f"({cpu / 3600:.1f} h), {wall / 60:.0f} wall minutes.")
     return "\n".join(lines)
 
 
