@@ -1,5 +1,9 @@
 """A synthetic catalogue of tracked Earth-orbiting objects in four orbit classes (claim D13).
 
+This is the book's own generator: the source's catalogue and generator are not available, so
+accuracies measured on these catalogues are compared with the source's only as a scale of
+effect, never as a number to match.
+
 Deterministic by seed. Each object gets *true* orbital elements drawn from a class-specific
 mixture of populations (below), its class is decided by fixed boundaries on those true elements,
 and the catalogue reports *observed* elements with measurement noise.

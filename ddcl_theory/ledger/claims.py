@@ -88,7 +88,8 @@ CLAIMS: tuple[Claim, ...] = (
           "(two levels, 20 Newsgroups).", DDCL, "hierarchical experiment",
           short=r"Stacked layers: $V^{(l)} \ge 0$ at every level"),
     Claim("D13", "Orbital debris (synthetic LEO/MEO/GEO/HEO): ACC 0.772 vs k-means 0.756; no "
-          "V >= 0 violation in 500 epochs; separation grows monotonically.", DDCL,
+          "V >= 0 violation in 500 epochs; separation grows monotonically; fills all classes "
+          "instead of piling onto LEO.", DDCL,
           "debris experiment", "ACC 0.772 vs k-means 0.756",
           short="Orbital debris: beats k-means"),
     Claim("D14", "Frozen-BERT readout on SST-2, IMDB, 20 Newsgroups beats [CLS]/mean pooling "
