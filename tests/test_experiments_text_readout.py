@@ -146,18 +146,6 @@ def test_balanced_draw_is_balanced_sorted_and_skips_unusable_rows():
     assert T.balanced_draw(labels, 0, gen).tolist() == list(range(85))
 
 
-def test_linear_probe_cv_chooses_c_from_the_grid_by_cross_validation():
-    gen = torch.Generator().manual_seed(0)
-    f = torch.randn(240, 20, generator=gen)
-    y = (f[:, 0] + 0.5 * f[:, 1] + 0.3 * torch.randn(240, generator=gen) > 0).long()
-    log = P.linear_probe_cv(f[:160], y[:160], f[160:], y[160:], seed=0)
-    assert log.c in P.PROBE_CS and log.test_acc > 0.85
-    again = P.linear_probe_cv(f[:160], y[:160], f[160:], y[160:], seed=0)
-    assert again == log                                     # deterministic for a seed
-    with pytest.raises(ValueError, match="cs"):
-        P.linear_probe_cv(f[:160], y[:160], f[160:], y[160:], cs=(0.0,))
-
-
 def test_validation_split_is_stratified_disjoint_and_seeded():
     y = np.repeat([0, 1, 2], [40, 30, 30])
     a, b = P.validation_split(y, 0.2, seed=3)
@@ -179,8 +167,6 @@ def _token_task(n=240, t=10, d=16, seed=0):
 
 
 def test_ddcl_readout_fit_learns_stops_and_sets_tau_from_the_quantisation_tc():
-    from ddcl_theory.theory.collapse import critical_temperature  # noqa: F401 - named objective
-
     x, y, mask = _token_task()
     parts = [torch.arange(0, 128), torch.arange(128, 160), torch.arange(160, 240)]
     tr, va, te = (R.PackedTokens.from_padded(x[i], mask[i]) for i in parts)
@@ -191,13 +177,37 @@ def test_ddcl_readout_fit_learns_stops_and_sets_tau_from_the_quantisation_tc():
     assert run.finished and run.stopped in ("plateau", "passed optimum")
     assert run.epochs >= cfg.min_epochs and len(run.val_loss) == run.epochs
     assert run.best_epoch == int(np.argmin(run.val_loss)) + 1
-    assert run.selected_test_acc > 0.75 and run.test_acc_at(99) == run.test_acc[-1]
+    assert run.test_correct.shape == (80,) and run.selected_test_acc > 0.75
+    assert run.val.loss[0] == min(run.val_loss)
     assert run.tau == pytest.approx(cfg.relative_temperature * run.t_c) and run.t_c_end > 0
     assert min(run.v) >= 0
     assert max(abs(a - b - v) / a for a, b, v in zip(run.l_q, run.l_ols, run.v)) < 1e-4
     again = P.ddcl_readout_fit(tr, y[parts[0]], va, y[parts[1]], te, y[parts[2]],
                                num_prototypes=2, config=cfg, seed=0)
     assert again.val_loss == run.val_loss                  # seeded
+    assert np.array_equal(again.test_correct, run.test_correct)
+
+
+def test_the_reported_readout_is_the_best_validation_epoch_and_tuning_runs_skip_the_test():
+    x, y, mask = _token_task(seed=2)
+    parts = [torch.arange(0, 128), torch.arange(128, 160), torch.arange(160, 240)]
+    tr, va, te = (R.PackedTokens.from_padded(x[i], mask[i]) for i in parts)
+    # a fast rate and many prototypes overfit: the best epoch comes well before the last
+    cfg = dataclasses.replace(T.DDCL_READOUT, heads=4, head_dim=8, max_epochs=30, min_epochs=8,
+                              batch_size=16, lr=3e-2, init_sequences=64, patience=6)
+    run = P.ddcl_readout_fit(tr, y[parts[0]], va, y[parts[1]], num_prototypes=8, config=cfg,
+                             seed=0, num_classes=2)
+    assert run.test_correct is None and run.best_epoch < run.epochs
+    with pytest.raises(ValueError, match="test_correct"):
+        run.selected_test_acc
+    # the training accuracy is the best epoch's, not the last one's: rerun and stop there
+    stop = dataclasses.replace(cfg, max_epochs=run.best_epoch, min_epochs=run.best_epoch)
+    short = P.ddcl_readout_fit(tr, y[parts[0]], va, y[parts[1]], num_prototypes=8,
+                               config=stop, seed=0, num_classes=2)
+    assert short.train_acc == run.train_acc and short.val_loss == run.val_loss[:run.best_epoch]
+    with pytest.raises(ValueError, match="test"):
+        P.ddcl_readout_fit(tr, y[parts[0]], va, y[parts[1]], te, None, num_prototypes=8,
+                           config=cfg, seed=0)
 
 
 def test_a_run_that_hits_the_epoch_cap_is_not_finished():
@@ -215,6 +225,8 @@ def test_the_readout_configuration_is_one_and_checked():
     assert T.ddcl_readout_config() is T.DDCL_READOUT
     cfg = T.ddcl_readout_config()
     assert cfg.objective == "quantisation" and 0 < cfg.relative_temperature < 1
+    assert cfg.heads == 1 and "1 head of width" in cfg.describe()     # D17 reads it as is
+    assert "4 heads of width" in dataclasses.replace(cfg, heads=4).describe()
     assert "T_c of L_q" in cfg.describe()
     with pytest.raises(ValueError, match="objective"):
         dataclasses.replace(cfg, objective="other")
@@ -230,17 +242,42 @@ def test_encoder_max_length_reads_the_sentence_transformers_config(tmp_path):
     assert T.encoder_max_length(Fake()) == 256
 
 
-def test_reference_profile_uses_the_rule_seeds_and_the_encoder_length(monkeypatch):
+def test_reference_profile_has_confirmatory_seeds_equal_grids_of_32_and_larger_draws(
+        monkeypatch):
+    from ddcl_theory.runtime.settings import confirmatory_seeds
+
     monkeypatch.setenv(profile.PROFILE_ENV, "reference")
     ref = T.TextReadoutSettings.from_profile()
-    assert ref.seeds == 10 and ref.imdb_max_length == ref.ng_max_length == 256
+    assert ref.seeds == confirmatory_seeds(10) and min(ref.seeds) >= 1000
+    assert ref.imdb_max_length == ref.ng_max_length == ref.sst2_max_length == 256
     assert ref.readout == T.DDCL_READOUT
-    # the settings its committed results were computed with (the cpu profile is smaller)
-    assert (ref.sst2_train, ref.ng_train, ref.cluster_steps, ref.cluster_tokens) == (
-        1000, 600, 40, 5000)
+    assert ref.grid_size == len(ref.probe_cs) == 32 and ref.scales[-1] == 1.0
+    for name, classes in (("sst2", 2), ("imdb", 2), ("20ng", 20)):
+        grid = T.ddcl_grid(name, classes, ref)
+        assert len(grid) == len(set(grid)) == 32
+        assert {p.k for p in grid} == {classes, T.second_k(name, classes), 16, 64}
+    assert T.second_k("imdb", 2) == 4 and T.second_k("sst2", 2) == 4
+    assert T.second_k("20ng", 20) == 40
     monkeypatch.setenv(profile.PROFILE_ENV, "cpu")
     cpu = T.TextReadoutSettings.from_profile()
-    assert (cpu.sst2_train, cpu.cluster_steps, cpu.cluster_tokens) == (1000, 20, 2500)
+    # the deciding 20 Newsgroups draw of the reference is at least the cpu one
+    assert (ref.ng_train, ref.ng_test) >= (cpu.ng_train, cpu.ng_test)
+    assert ref.imdb_train > cpu.imdb_train and ref.imdb_test > cpu.imdb_test
+    assert max(cpu.seeds) < 1000 and cpu.grid_size == len(cpu.probe_cs)
+
+
+def test_settings_refuse_unequal_tuning_budgets_and_bad_scales():
+    cpu = T.TextReadoutSettings()
+    with pytest.raises(ValueError, match="probe_cs"):
+        cpu.replace(probe_cs=cpu.probe_cs + (1.0,))
+    with pytest.raises(ValueError, match="scales"):
+        cpu.replace(scales=(1.0, 0.5))
+    with pytest.raises(ValueError, match="scales"):
+        cpu.replace(scales=(0.25, 0.5))
+    with pytest.raises(ValueError, match="seeds"):
+        cpu.replace(seeds=(1, 1, 2))
+    with pytest.raises(ValueError, match="grid_ks"):
+        T.prototype_counts("20ng", 16, cpu)                 # C = 16 = a fixed K
 
 
 def test_paper_profile_scales_the_settings(monkeypatch):
@@ -253,36 +290,74 @@ def test_paper_profile_scales_the_settings(monkeypatch):
         dataclasses.replace(cpu, imdb_test=-1)
 
 
+def test_test_parts_partition_the_test_draw_by_class_one_part_per_seed():
+    y = np.repeat(np.arange(4), [30, 30, 20, 20])
+    parts = T.test_parts(y, 10, seed=0)
+    assert len(parts) == 10 and sorted(np.concatenate(parts).tolist()) == list(range(100))
+    for part in parts:
+        assert np.bincount(y[part], minlength=4).tolist() == [3, 3, 2, 2]
+    assert [p.tolist() for p in T.test_parts(y, 10, seed=0)] == [p.tolist() for p in parts]
+    assert T.test_parts(y, 1, seed=0)[0].tolist() == list(range(100))
+    with pytest.raises(ValueError, match="y_test"):
+        T.test_parts(y, 21, seed=0)
+
+
+def test_scale_rows_draw_a_stratified_share_of_the_training_draw_per_seed():
+    y = np.repeat([0, 1], [60, 40])
+    half = T.scale_rows(y, 0.5, seed=3)
+    assert len(half) == 50 and np.bincount(y[half]).tolist() == [30, 20]
+    assert np.all(np.diff(half) > 0)
+    assert T.scale_rows(y, 1.0, seed=3).tolist() == list(range(100))
+    assert not np.array_equal(T.scale_rows(y, 0.5, seed=4), half)
+
+
+def test_the_stronger_probe_is_named_on_validation_and_ties_go_to_the_mean():
+    score = P.Score
+    tuning = T.Tuning(grid=[T.GridPoint(2, 1, 1e-3, 0.25)], ddcl=[score((0.7,), (0.6,))],
+                      ddcl_finished=[1], cs=(0.1, 1.0),
+                      probes={"mean": [score((0.8,), (0.5,)), score((0.7,), (0.4,))],
+                              "[CLS]": [score((0.8,), (0.5,)), score((0.6,), (0.4,))]},
+                      n_fit=80, n_val=20)
+    assert tuning.stronger == "mean" and tuning.chosen_c("[CLS]") == 0.1
+    tuning.probes["[CLS]"][1] = score((0.8,), (0.45,))        # same accuracy, lower loss
+    assert tuning.stronger == "[CLS]" and tuning.chosen_c("[CLS]") == 1.0
+    assert tuning.chosen == tuning.grid[0] and tuning.best_score("DDCL").mean_acc == 0.7
+
+
 @pytest.mark.skipif(not all(T.FILES[k] and __import__("ddcl_theory.data", fromlist=["find"])
                             .find(k) for k in ("sst2_train", "sst2_dev")),
                     reason="SST-2 not in a data directory")
 def test_run_corpus_end_to_end_with_a_fake_encoder(tmp_path, monkeypatch):
     monkeypatch.setenv("DDCL_CACHE_DIR", str(tmp_path))
     readout = dataclasses.replace(T.DDCL_READOUT, max_epochs=4, min_epochs=1)
-    s = dataclasses.replace(T.TextReadoutSettings(), sst2_train=200, sst2_max_length=8, seeds=2,
-                            readout=readout, cluster_seeds=2, cluster_steps=5,
-                            cluster_tokens=500, probe_folds=3)
+    s = T.TextReadoutSettings().replace(sst2_train=200, sst2_max_length=8, seeds=(0, 1),
+                                        readout=readout, cluster_seeds=2, cluster_steps=5,
+                                        cluster_tokens=500, grid_heads=(1,),
+                                        probe_cs=(1e-3, 1e-1))
     enc = FakeEncoder()
     r = T.run_corpus("sst2", s, enc)
     assert r.n_train == 200 and r.n_test == 872 and r.full_test == 872
-    assert r.n_fit + r.n_val == 200 and r.n_val == 40
-    assert set(r.accuracy) == {"[CLS]", "mean", "DDCL"} and len(r.ddcl) == 2
-    assert all(0 <= a <= 1 for v in r.accuracy.values() for a in v)
-    assert r.probes["mean"].c in s.probe_cs
+    assert [p.k for p in r.tuning.grid] == [2, 16] and r.tuning.n_val == 40
+    assert set(r.scales) == {0.5, 1.0} and all(len(v) == 2 for v in r.scales.values())
+    half, whole = r.scales[0.5][0], r.scales[1.0][0]
+    assert half.n_fit + half.n_val == 100 and whole.n_fit + whole.n_val == 200
+    # each seed is scored on its own part of the test draw; both arms on the same items
+    parts = [s_.test_rows for s_ in r.seeds]
+    assert sorted(np.concatenate(parts).tolist()) == list(range(872))
+    for run in r.seeds:
+        assert len(run.ddcl.test_correct) == len(run.test_rows)
+        assert all(len(p.test_correct) == len(run.test_rows) for p in run.probes.values())
+        assert run.probes["mean"].c == r.tuning.chosen_c("mean")
+        diff = run.paired("mean")
+        assert set(np.unique(diff)) <= {-1, 0, 1}
+        assert diff.mean() == pytest.approx(run.ddcl.selected_test_acc
+                                            - run.probes["mean"].test_acc)
     assert r.min_v >= 0 and r.identity < 1e-4
-    assert [len(r.ddcl_at(scale)) for scale in T.SCALES] == [2, 2, 2]
     assert {(c.method, c.k) for c in r.clusters} == {
         (m, 2) for m in ("k-means on [CLS]", "k-means on mean", "DDCL on tokens", "DDCL on mean")}
     calls = enc.calls
     T.run_corpus("sst2", s, enc)                    # the second run reads the cache
     assert enc.calls == calls
-    res = T.TextReadoutResult(s, enc.name, {"sst2": r})
-    from ddcl_theory.ledger.decisions.text_readout import intervals
-    ivs = intervals(res, T.SCALES)
-    assert set(ivs["sst2"]) == set(T.SCALES)
-    mean_iv, cls_iv = ivs["sst2"][T.SELECTED]
-    assert mean_iv.method == "paired t" and mean_iv.n == 2
-    assert mean_iv.estimate == pytest.approx(np.mean(r.ddcl) - r.probes["mean"].test_acc)
 
 
 def test_a_killed_ddcl_probe_resumes_to_the_same_numbers(tmp_path, monkeypatch):

@@ -14,6 +14,7 @@ from ddcl_theory.layers.quantizers import (
     SoftDDCLQuantizer,
     make_quantizer,
     soft_centroid_jacobian,
+    uniform_codebook,
 )
 
 
@@ -179,3 +180,22 @@ def test_soft_centroid_jacobian_is_the_assignment_covariance_over_tau(seed, tau)
     q = F.soft_assign(z[None], bank, tau)[0]
     v = (q * ((bank - q @ bank) ** 2).sum(-1)).sum()
     assert torch.allclose(torch.trace(closed), 2 / tau * v, atol=1e-12)
+
+
+def test_uniform_codebook_is_the_hard_vq_start_and_the_soft_bank_can_take_it():
+    codes = uniform_codebook(8, 3, generator=torch.Generator().manual_seed(1))
+    assert codes.shape == (8, 3) and codes.abs().max() <= 1 / 8
+    assert torch.equal(codes, uniform_codebook(8, 3, generator=torch.Generator().manual_seed(1)))
+    torch.manual_seed(5)
+    hard = HardVQ(3, 8)
+    torch.manual_seed(5)
+    assert torch.equal(hard.codebook, uniform_codebook(8, 3))    # the same draw
+    soft = SoftDDCLQuantizer(3, 8)
+    soft.set_codebook(hard.codebook.detach())
+    assert torch.equal(soft.codebook, hard.codebook)
+    z = _tokens(d=3)
+    assert torch.equal(soft(z).codes, hard(z).codes)             # argmax q = nearest code
+    with pytest.raises(ValueError, match="codes: expected shape"):
+        soft.set_codebook(torch.zeros(7, 3))
+    with pytest.raises(ValueError, match="num_codes"):
+        uniform_codebook(0, 3)

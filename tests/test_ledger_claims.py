@@ -304,10 +304,9 @@ def test_ledger_table_with_reference_and_paper_columns_parses(tmp_path, book_rol
     assert "Reference run: reproduced" in entries and "cpu run (exploratory): qualified" in entries
 
 
-def test_binding_names_the_test_that_decides_the_word():
-    from ddcl_theory.ledger.claims import rule_of
+def test_first_edition_binding_names_the_test_that_decides_the_word():
     from ddcl_theory.ledger.stats import Interval
-    rule = rule_of("L7")                   # three paired tests: <0, >0, <0
+    rule = claims.RULES["L7"]              # the first edition's three paired tests: <0, >0, <0
     iv = lambda lo, hi: Interval((lo + hi) / 2, lo, hi, 5, "paired t")  # noqa: E731
     assert rule.binding([iv(-2, -1), iv(1, 2), iv(-2, -1)]) == 0        # all reproduced
     assert rule.binding([iv(-2, -1), iv(-1, 1), iv(-2, 1)]) == 1        # first straddling

@@ -6,12 +6,16 @@ Supervised: on [CLS] and on the mean, a logistic-regression probe solved to conv
 (:class:`~ddcl_theory.layers.readouts.DDCLPooledReadout`) and its linear head are trained
 together by :func:`train_classifier` (AdamW, mini-batches, a fixed number of epochs, on
 :func:`ddcl_theory.runtime.training.fit`; seeds vary the initialisation and the batch order).
-The evidence of record (claim D14) uses the tuned forms: :func:`linear_probe_cv`
-(the probe's inverse regularisation C chosen by stratified k-fold cross-validation on the
-training split, scikit-learn's ``LogisticRegressionCV``) and :func:`ddcl_readout_fit` (the DDCL
-readout trained to its validation plateau, configured by one :class:`DDCLReadoutConfig`: its
-number of epochs is chosen on a validation split held out of the training split, its
-temperature is a stated fraction of the critical temperature of the loss it trains).
+The evidence of record (claim D14) uses the tuned forms, scored the same way: every
+configuration of either arm is fitted on the fit rows of the same validation folds of the
+training split (:func:`tuning_folds`) and scored by its validation accuracy, ties broken by its
+validation cross-entropy (:class:`Score`, :func:`best`). The probes: :func:`probe_scores` (an
+L2 logistic regression per value of C) and :func:`probe_fit` (one C, with per-item test
+correctness). The DDCL readout: :func:`ddcl_readout_fit` (trained to its validation plateau,
+configured by one :class:`DDCLReadoutConfig`: its number of epochs is chosen on a validation
+split held out of the training split, its temperature is a stated fraction of the critical
+temperature of the loss it trains; the test set, when given, is scored once, by the readout of
+the best validation epoch).
 Unsupervised: k-means (:func:`kmeans_clusters`, scikit-learn, k-means++ seeding) on a readout,
 and DDCL clustering (:func:`ddcl_clusters`: a projection-free DDCL layer fitted by minimising
 L_q, each sequence given to its dominant prototype). Clusterings are scored with
@@ -19,8 +23,10 @@ L_q, each sequence given to its dominant prototype). Clusterings are scored with
 """
 from __future__ import annotations
 
+import copy
 import math
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -43,8 +49,9 @@ from ddcl_theory.runtime.training import fit
 from ddcl_theory.theory.collapse import critical_temperature
 
 __all__ = ["TrainConfig", "ProbeLog", "train_classifier", "linear_probe", "ddcl_probe",
-           "kmeans_clusters", "DDCLClusters", "ddcl_clusters", "PROBE_CS", "linear_probe_cv",
-           "DDCLReadoutConfig", "ReadoutRun", "validation_split", "ddcl_readout_fit"]
+           "kmeans_clusters", "DDCLClusters", "ddcl_clusters", "Score", "best", "tuning_folds",
+           "probe_scores", "ProbeFit", "probe_fit", "DDCLReadoutConfig", "ReadoutRun",
+           "validation_split", "ddcl_readout_fit"]
 
 
 @dataclass(frozen=True)
@@ -83,8 +90,7 @@ class ProbeLog:
         test_acc: accuracy on the test set after training; train_acc: on the training set.
         l_q, l_ols, v: DDCL loss terms per step (empty for a linear probe).
         fraction_used: share of the prototypes that are some test token's dominant one (DDCL).
-        c: the inverse regularisation the probe used (chosen by cross-validation in
-            :func:`linear_probe_cv`).
+        c: the inverse regularisation the probe used, when one was set.
     """
 
     test_acc: float
@@ -289,46 +295,145 @@ def ddcl_clusters(data: PackedTokens, k: int, *, seed: int, steps: int = 100, lr
 
 
 # ------------------------------------------------------------------------ tuned readouts (D14)
-#: The probe's grid of inverse regularisations C (log-spaced), searched by cross-validation.
-PROBE_CS = (1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)
+@dataclass(frozen=True)
+class Score:
+    """How one configuration did on held-out rows: accuracy and mean cross-entropy, one value per
+    validation fold (the tuning folds), and their means.
+
+    Configurations are ranked by :meth:`key`: the higher mean accuracy first, ties broken by the
+    lower mean cross-entropy (the same order for every readout)."""
+
+    acc: tuple[float, ...]
+    loss: tuple[float, ...]
+
+    @property
+    def mean_acc(self) -> float:
+        return float(np.mean(self.acc))
+
+    @property
+    def mean_loss(self) -> float:
+        return float(np.mean(self.loss))
+
+    def key(self) -> tuple[float, float]:
+        """Sort key: smaller is better (-accuracy, cross-entropy)."""
+        return (-self.mean_acc, self.mean_loss)
 
 
-def linear_probe_cv(f_train: Tensor, y_train: Tensor, f_test: Tensor, y_test: Tensor, *,
-                    cs: tuple[float, ...] = PROBE_CS, folds: int = 5, seed: int = 0,
-                    max_iter: int = 2000) -> ProbeLog:
-    """:func:`linear_probe` with C chosen by cross-validation on the training split.
+def best(scores: Sequence[Score]) -> int:
+    """Index of the best :class:`Score` (:meth:`Score.key`; the first of exact ties)."""
+    if not scores:
+        raise ValueError("scores: expected at least one score")
+    return min(range(len(scores)), key=lambda i: scores[i].key())
 
-    scikit-learn's ``LogisticRegressionCV`` (lbfgs, L2, accuracy) over the grid ``cs`` with
-    ``folds`` stratified folds (fewer when the rarest class has fewer members) shuffled by
-    ``seed``, then refitted on the whole training split
-    at the chosen C. Features are standardised with the training statistics. Its tuning budget:
-    ``len(cs)`` values of one knob, each scored on ``folds`` held-out folds.
-    """
-    from sklearn.linear_model import LogisticRegressionCV
+
+def tuning_folds(y: np.ndarray, fraction: float, folds: int,
+                 seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The first ``folds`` folds of a stratified k-fold partition of the labels ``y`` with
+    k = round(1 / ``fraction``), shuffled by ``seed``: ``[(fit rows, validation rows), ...]``,
+    sorted; the validation rows of different folds are disjoint. Every readout is tuned on
+    these same folds. Draws too small for k folds of every class (the paper profile's smoke
+    test) get :func:`validation_split` with seeds ``seed, seed + 1, ...`` instead."""
     from sklearn.model_selection import StratifiedKFold
 
-    if f_train.dim() != 2 or f_test.dim() != 2 or f_train.shape[1] != f_test.shape[1]:
-        raise ValueError(f"f_train, f_test: expected (N, d) features of one width, got "
-                         f"{tuple(f_train.shape)} and {tuple(f_test.shape)}")
+    y = np.asarray(y)
+    k = round(1 / fraction) if 0 < fraction < 1 else 0
+    if k < 2:
+        raise ValueError(f"fraction: expected a share in (0, 0.5], got {fraction!r}")
+    if isinstance(folds, bool) or not isinstance(folds, int) or not 1 <= folds <= k:
+        raise ValueError(f"folds: expected an int in [1, {k}], got {folds!r}")
+    if y.ndim != 1 or y.size == 0:
+        raise ValueError(f"y: expected (N,) labels, got shape {y.shape}")
+    if int(np.bincount(y)[np.unique(y)].min()) < k:
+        return [validation_split(y, fraction, seed + i) for i in range(folds)]
+    split = StratifiedKFold(k, shuffle=True, random_state=seed).split(np.zeros(len(y)), y)
+    return [(np.sort(a), np.sort(b)) for a, b in list(split)[:folds]]
+
+
+def _standardised(f_fit: np.ndarray, *others: np.ndarray) -> list[np.ndarray]:
+    std = Standardiser.fit(torch.from_numpy(np.asarray(f_fit, dtype=np.float32)))
+    return [std(torch.from_numpy(np.asarray(f, dtype=np.float32))).double().numpy()
+            for f in (f_fit, *others)]
+
+
+def _logistic(c: float, max_iter: int, warm_start: bool = False):
+    from sklearn.linear_model import LogisticRegression
+    return LogisticRegression(C=c, max_iter=max_iter, warm_start=warm_start)
+
+
+def _cross_entropy(clf, x: np.ndarray, y: np.ndarray) -> float:
+    proba = clf.predict_proba(x)
+    cols = np.searchsorted(clf.classes_, y)
+    return float(-np.mean(np.log(np.clip(proba[np.arange(len(y)), cols], 1e-12, None))))
+
+
+def probe_scores(features: np.ndarray, y: np.ndarray,
+                 folds: Sequence[tuple[np.ndarray, np.ndarray]], cs: Sequence[float], *,
+                 max_iter: int = 5000) -> list[Score]:
+    """One :class:`Score` per inverse regularisation in ``cs``: an L2 logistic regression
+    (scikit-learn, lbfgs) fitted on each fold's fit rows of ``features`` (N, d), standardised
+    with those rows' statistics, and scored on the fold's validation rows. The values of C are
+    fitted in increasing order, each from the previous solution (a warm start: the same
+    optimum, fewer iterations)."""
+    features, y = np.asarray(features), np.asarray(y)
+    if features.ndim != 2 or len(features) != len(y):
+        raise ValueError(f"features: expected (N, d) with N = {len(y)} labels, got "
+                         f"{features.shape}")
     if not cs or any(not c > 0 for c in cs):
         raise ValueError(f"cs: expected positive inverse regularisations, got {cs!r}")
-    if isinstance(folds, bool) or not isinstance(folds, int) or folds < 2:
-        raise ValueError(f"folds: expected an int >= 2, got {folds!r}")
-    std = Standardiser.fit(f_train)
-    a, b = std(f_train).cpu().double().numpy(), std(f_test).cpu().double().numpy()
-    ya, yb = y_train.cpu().numpy(), y_test.cpu().numpy()
-    smallest = int(np.bincount(ya).min()) if ya.size else 0
-    if smallest < 2:
-        raise ValueError(f"y_train: every class needs >= 2 training examples for "
-                         f"cross-validation, the smallest has {smallest}")
-    # small draws (the paper profile's smoke test): no more folds than the rarest class fills
-    cv = StratifiedKFold(min(folds, smallest), shuffle=True, random_state=seed)
-    clf = LogisticRegressionCV(Cs=list(cs), cv=cv, scoring="accuracy", max_iter=max_iter)
-    with warnings.catch_warnings():          # scikit-learn's notices of future API changes
-        warnings.simplefilter("ignore", FutureWarning)
-        clf.fit(a, ya)
-    return ProbeLog(float((clf.predict(b) == yb).mean()), float((clf.predict(a) == ya).mean()),
-                    c=float(np.ravel(clf.C_)[0]))
+    acc: list[list[float]] = [[] for _ in cs]
+    loss: list[list[float]] = [[] for _ in cs]
+    for fit_rows, val_rows in folds:
+        a, b = _standardised(features[fit_rows], features[val_rows])
+        clf = _logistic(min(cs), max_iter, warm_start=True)
+        for i in np.argsort(cs, kind="stable"):
+            clf.set_params(C=cs[i])
+            with warnings.catch_warnings():      # a large C on separable rows may stop at
+                warnings.simplefilter("ignore")  # max_iter; its score still counts
+                clf.fit(a, y[fit_rows])
+            acc[i].append(float((clf.predict(b) == y[val_rows]).mean()))
+            loss[i].append(_cross_entropy(clf, b, y[val_rows]))
+    return [Score(tuple(a), tuple(l)) for a, l in zip(acc, loss)]
+
+
+@dataclass
+class ProbeFit:
+    """A logistic-regression probe fitted at one C (:func:`probe_fit`).
+
+    Attributes:
+        c: the inverse regularisation; converged: lbfgs met its tolerance before ``max_iter``.
+        val: its :class:`Score` on the validation rows (one fold).
+        train_acc: accuracy on the fit rows.
+        test_correct: (n_test,) 1 where the probe's test prediction is right, else 0.
+    """
+
+    c: float
+    converged: bool
+    val: Score
+    train_acc: float
+    test_correct: np.ndarray
+
+    @property
+    def test_acc(self) -> float:
+        return float(self.test_correct.mean())
+
+
+def probe_fit(features: np.ndarray, y: np.ndarray, fit_rows: np.ndarray, val_rows: np.ndarray,
+              test_features: np.ndarray, test_y: np.ndarray, c: float, *,
+              max_iter: int = 5000) -> ProbeFit:
+    """An L2 logistic regression at ``c`` fitted on ``features[fit_rows]`` (standardised with
+    their statistics), scored on ``val_rows`` and on the test set."""
+    from sklearn.exceptions import ConvergenceWarning
+
+    features, y = np.asarray(features), np.asarray(y)
+    a, b, t = _standardised(features[fit_rows], features[val_rows], test_features)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConvergenceWarning)
+        clf = _logistic(c, max_iter).fit(a, y[fit_rows])
+    converged = not any(issubclass(w.category, ConvergenceWarning) for w in caught)
+    val = Score((float((clf.predict(b) == y[val_rows]).mean()),),
+                (_cross_entropy(clf, b, y[val_rows]),))
+    return ProbeFit(float(c), converged, val, float((clf.predict(a) == y[fit_rows]).mean()),
+                    (clf.predict(t) == np.asarray(test_y)).astype(np.int8))
 
 
 @dataclass(frozen=True)
@@ -400,7 +505,8 @@ class DDCLReadoutConfig:
 
     def describe(self) -> str:
         """The configuration in one sentence (for the pages)."""
-        return (f"{self.name}: {self.heads} head of width {self.head_dim}, K prototypes seeded "
+        heads = f"{self.heads} head" + ("s" if self.heads > 1 else "")
+        return (f"{self.name}: {heads} of width {self.head_dim}, K prototypes seeded "
                 f"by k-means++ and {self.lloyd_steps} Lloyd steps, tau = "
                 f"{self.relative_temperature:g} T_c of L_q ({self.objective}, fixed), loss CE + "
                 f"{self.beta:g} L_q, AdamW lr {self.lr:g}, weight decay {self.weight_decay:g}, "
@@ -418,23 +524,26 @@ class ReadoutRun:
 
     Attributes:
         train_loss: mean training loss (CE + beta L_q) per epoch; val_loss: validation CE per
-            epoch (the curve of the stop rule); val_acc, test_acc: accuracies after each epoch.
+            epoch (the curve of the stop rule); val_acc: validation accuracy per epoch.
         best_epoch: 1-based epoch of least validation loss (the reported model); epochs: run.
         stopped: "plateau", "passed optimum" or "max epochs".
         convergence: the plateau test of ``val_loss`` by the configuration's rule.
         tau, t_c: the temperature and the critical temperature it is a fraction of (on the
             projected seed tokens at the start); t_c_end: the same critical temperature on
-            the same tokens projected by the trained readout (tau / t_c_end < 1: still below
+            the same tokens projected by the reported readout (tau / t_c_end < 1: still below
             it at the end).
         l_q, l_ols, v: the layer's loss terms per training step.
-        fraction_used: share of the prototypes that are some test token's dominant one.
-        train_acc: accuracy on the training part at the end.
+        fraction_used: share of the prototypes that are some evaluated token's dominant one
+            (test tokens, else validation tokens), mean over heads.
+        train_acc: accuracy of the reported readout on the rows it trained on.
+        test_correct: (n_test,) 1 where the reported readout's test prediction is right, else
+            0; None when no test set was given (a tuning run). The test set is scored once, by
+            the reported readout.
     """
 
     train_loss: list[float]
     val_loss: list[float]
     val_acc: list[float]
-    test_acc: list[float]
     best_epoch: int
     epochs: int
     stopped: str
@@ -447,6 +556,7 @@ class ReadoutRun:
     v: list[float]
     fraction_used: float
     train_acc: float
+    test_correct: np.ndarray | None = None
 
     @property
     def finished(self) -> bool:
@@ -454,13 +564,16 @@ class ReadoutRun:
         return self.stopped != "max epochs"
 
     @property
-    def selected_test_acc(self) -> float:
-        """Test accuracy at the epoch of least validation loss."""
-        return self.test_acc[self.best_epoch - 1]
+    def val(self) -> Score:
+        """Validation accuracy and cross-entropy of the reported readout (its best epoch)."""
+        return Score((self.val_acc[self.best_epoch - 1],), (self.val_loss[self.best_epoch - 1],))
 
-    def test_acc_at(self, epoch: int) -> float:
-        """Test accuracy after ``epoch`` (1-based; the last epoch run when beyond it)."""
-        return self.test_acc[min(epoch, self.epochs) - 1]
+    @property
+    def selected_test_acc(self) -> float:
+        """Test accuracy of the reported readout (the epoch of least validation loss)."""
+        if self.test_correct is None:
+            raise ValueError("test_correct: this run was given no test set")
+        return float(np.mean(self.test_correct))
 
 
 def validation_split(y: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -494,31 +607,39 @@ def _stop_reason(val_loss: list[float], config: DDCLReadoutConfig) -> str | None
 
 
 def ddcl_readout_fit(train: PackedTokens, y_train: Tensor, val: PackedTokens, y_val: Tensor,
-                     test: PackedTokens, y_test: Tensor, *, num_prototypes: int,
-                     config: DDCLReadoutConfig, seed: int,
+                     test: PackedTokens | None = None, y_test: Tensor | None = None, *,
+                     num_prototypes: int, config: DDCLReadoutConfig, seed: int,
                      num_classes: int | None = None) -> ReadoutRun:
-    """Train a :class:`DDCLPooledReadout` with ``config`` on frozen packed tokens until its
-    validation loss plateaus or passes its optimum (at most ``config.max_epochs``).
+    """Train a :class:`DDCLPooledReadout` with ``config`` and ``num_prototypes`` (K per head)
+    on frozen packed tokens until its validation loss plateaus or passes its optimum (at most
+    ``config.max_epochs``); the readout of the epoch of least validation loss is the one
+    reported.
 
     Tokens are standardised with the training tokens' statistics. The prototypes are seeded by
     :meth:`DDCLPooledReadout.calibrate` (k-means++ and Lloyd steps on the projected tokens of the
     first ``config.init_sequences`` training sequences); then tau = relative_temperature *
-    ``critical_temperature(projected seed tokens, objective=config.objective)``. After each
-    epoch the validation CE, the validation and the test accuracies are recorded, so the test
-    accuracy of every epoch (a scale of readout steps) and of the selected one are at hand.
-    The loop keeps no checkpoints (the stop rule reads the whole validation curve; a run takes
-    seconds): a caller that needs resumption keeps whole runs as units of its run directory.
+    ``critical_temperature(projected seed tokens, objective=config.objective)`` (the mean over
+    heads). After each epoch the validation CE and accuracy are recorded and the state of the
+    best epoch kept; the test set (optional: tuning runs have none) is scored once, by that
+    state. ``num_classes`` defaults to the largest label + 1. The loop keeps no checkpoints (the
+    stop rule reads the whole validation curve; a run takes seconds): a caller that needs
+    resumption keeps whole runs as units of its run directory.
     """
-    if len(train) != len(y_train) or len(val) != len(y_val) or len(test) != len(y_test):
-        raise ValueError("y_train, y_val, y_test: expected one label per sequence")
+    if len(train) != len(y_train) or len(val) != len(y_val):
+        raise ValueError("y_train, y_val: expected one label per sequence")
+    if (test is None) != (y_test is None) or (test is not None and len(test) != len(y_test)):
+        raise ValueError("test, y_test: expected both (one label per sequence) or neither")
     gen = profile.seed_everything(seed)
     std = Standardiser.fit(train.values)
-    tr, va, te = (d.standardised(std) for d in (train, val, test))
-    classes = num_classes or int(max(y_train.max(), y_val.max(), y_test.max())) + 1
+    tr, va = train.standardised(std), val.standardised(std)
+    te = test.standardised(std) if test is not None else None
+    labels = [y_train, y_val] + ([y_test] if y_test is not None else [])
+    classes = num_classes or int(max(int(y.max()) for y in labels)) + 1
     device = tr.values.device
     model = DDCLPooledReadout(tr.values.shape[1], classes, num_prototypes, heads=config.heads,
                               head_dim=config.head_dim).to(device)
     seed_tokens, _ = tr.batch(torch.arange(min(config.init_sequences, len(tr))))
+
     def head_tc() -> float:
         z = model.ddcl.in_proj(seed_tokens).double()
         return float(np.mean([critical_temperature(
@@ -535,20 +656,22 @@ def ddcl_readout_fit(train: PackedTokens, y_train: Tensor, val: PackedTokens, y_
         tokens, seg = data.batch(idx)
         return tokens, seg, len(idx)
 
-    def evaluate(data: PackedTokens, y: Tensor, batch: int = 256) -> tuple[float, float]:
-        loss, hits = 0.0, 0
+    def predict(data: PackedTokens, y: Tensor, batch: int = 256) -> tuple[float, Tensor]:
+        """(mean CE, (n,) correctness) of the model on ``data``."""
+        loss, right = 0.0, []
         with torch.no_grad():
             for i in range(0, len(data), batch):
                 idx = torch.arange(i, min(len(data), i + batch))
                 logits = model(*inputs(data, idx))[0]
                 yy = y[idx.to(y.device)]
                 loss += float(nnf.cross_entropy(logits, yy, reduction="sum"))
-                hits += int((logits.argmax(-1) == yy).sum())
-        return loss / len(data), hits / len(data)
+                right.append(logits.argmax(-1) == yy)
+        return loss / len(data), torch.cat(right)
 
     opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     terms: dict[str, list[float]] = {t: [] for t in _TERMS}
-    curves: dict[str, list[float]] = {"val_loss": [], "val_acc": [], "test_acc": []}
+    val_curve: list[float] = []
+    best_state: dict[str, Tensor] = {}
 
     def batches(_epoch: int) -> list[Tensor]:
         for values in terms.values():
@@ -567,16 +690,16 @@ def ddcl_readout_fit(train: PackedTokens, y_train: Tensor, val: PackedTokens, y_
 
     def end_of_round(_epoch: int) -> dict:
         model.eval()
-        vl, vacc = evaluate(va, y_val)
-        _, tacc = evaluate(te, y_test)
+        vl, right = predict(va, y_val)
         model.train()
-        return {"val_loss": vl, "val_acc": vacc, "test_acc": tacc,
+        if not val_curve or vl < min(val_curve):
+            best_state.update(copy.deepcopy(model.state_dict()))
+        val_curve.append(vl)
+        return {"val_loss": vl, "val_acc": float(right.float().mean()),
                 **{t: list(v) for t, v in terms.items()}}
 
-    def stop_if(metrics: dict) -> bool:
-        for key in curves:
-            curves[key].append(metrics[key])
-        return _stop_reason(curves["val_loss"], config) is not None
+    def stop_if(_metrics: dict) -> bool:
+        return _stop_reason(val_curve, config) is not None
 
     log = fit(model, opt, rounds=config.max_epochs, batches=batches, loss=loss, device=device,
               generators={"batches": gen}, end_of_round=end_of_round,
@@ -585,16 +708,22 @@ def ddcl_readout_fit(train: PackedTokens, y_train: Tensor, val: PackedTokens, y_
     val_loss = [float(m["val_loss"]) for m in metrics]
     reason = _stop_reason(val_loss, config) or "max epochs"
     train_loss = [float(np.mean(x)) for x in log.losses] if log.losses else []
+    model.load_state_dict(best_state)
     model.eval()
-    _, train_acc = evaluate(tr, y_train)
+    _, train_right = predict(tr, y_train)
+    test_correct = None
+    if te is not None:
+        test_correct = predict(te, y_test)[1].cpu().numpy().astype(np.int8)
     with torch.no_grad():
-        dominant = model.ddcl(te.values.unsqueeze(1)).assignments[:, :, 0].argmax(-1)
+        shown = te if te is not None else va
+        dominant = model.ddcl(shown.values.unsqueeze(1)).assignments[:, :, 0].argmax(-1)
         t_c_end = head_tc()
     used = float(np.mean([torch.unique(dominant[:, h]).numel() / num_prototypes
                           for h in range(dominant.shape[1])]))
     return ReadoutRun(
         train_loss, val_loss, [float(m["val_acc"]) for m in metrics],
-        [float(m["test_acc"]) for m in metrics], int(np.argmin(val_loss)) + 1, len(metrics),
-        reason, convergence(val_loss, rel=config.plateau_rel, window=config.plateau_window),
+        int(np.argmin(val_loss)) + 1, len(metrics), reason,
+        convergence(val_loss, rel=config.plateau_rel, window=config.plateau_window),
         float(tau), t_c, t_c_end, *([x for m in metrics for x in m[t]] for t in _TERMS),
-        fraction_used=used, train_acc=train_acc)
+        fraction_used=used, train_acc=float(train_right.float().mean()),
+        test_correct=test_correct)

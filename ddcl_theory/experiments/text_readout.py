@@ -15,36 +15,43 @@ The frozen encoder's token embeddings come from the cache
 (:func:`ddcl_theory.data.text.cache.embed`): computed once per (corpus, draw, maximum length) and
 reused by every seed and readout.
 
-**The DDCL readout configuration** (one for claims D14 and D17): :data:`DDCL_READOUT`, returned
-by :func:`ddcl_readout_config` - a :class:`ddcl_theory.experiments.probes.DDCLReadoutConfig`
-named "DDCL readout v2": one head of width 32, K prototypes (K = the number of classes here)
-seeded by k-means++ and 10 Lloyd steps on the projected tokens, tau = 0.25 T_c with T_c the
-critical temperature of L_q with q differentiated (``critical_temperature(z,
-objective="quantisation")`` on the projected seed tokens), loss CE + 0.01 L_q, AdamW (lr 3e-3,
-weight decay 1e-4, batches of 64 sequences), trained until the validation loss (a stratified 20%
-of the training split) plateaus or passes its optimum (at most 40 epochs); the epoch of least
-validation loss is the reported model (:func:`ddcl_theory.experiments.probes.ddcl_readout_fit`).
-Use ``ddcl_readout_config()`` (optionally ``dataclasses.replace`` on run-length fields, stated).
+**The DDCL readout configuration** shared with claim D17: :data:`DDCL_READOUT`, returned by
+:func:`ddcl_readout_config` - a :class:`ddcl_theory.experiments.probes.DDCLReadoutConfig` named
+"DDCL readout v2": one head of width 32, K prototypes seeded by k-means++ and 10 Lloyd steps on
+the projected tokens, tau = 0.25 T_c with T_c the critical temperature of L_q with q
+differentiated, loss CE + 0.01 L_q, AdamW (lr 3e-3, weight decay 1e-4, batches of 64
+sequences), trained until the validation loss plateaus or passes its optimum (at most 40
+epochs); the epoch of least validation loss is the reported model. Here it is the base of a
+tuning grid (:func:`ddcl_grid`): K, heads, learning rate and tau fraction vary, the rest stays.
 
-Supervised (the evidence of D14): for each seed, a stratified validation split of the training
-draw (seeded), the DDCL readout trained on the rest (:func:`~ddcl_theory.experiments.probes.
-ddcl_readout_fit`; seeds vary the split, the initialisation and the batch order) and scored on
-the test set after every epoch (the readout-step scales) and at its selected epoch; logistic
-regression probes on [CLS] and on the mean with C chosen by cross-validation on the whole
-training draw (:func:`~ddcl_theory.experiments.probes.linear_probe_cv`; convex and solved to
-convergence, so fitted once per corpus and paired with every seed). Unsupervised, shown beside
-(on the test documents, labels only to score): k-means on [CLS] and on the mean, and two DDCL
-clusterings - a DDCL layer fitted by L_q on the tokens (each document to its dominant prototype)
-and one fitted on the mean-pooled documents - scored by Hungarian ACC, purity, NMI and ARI.
+Supervised (the evidence of D14), per corpus:
+
+1. **Tuning, equal budgets.** The same validation folds of the training draw
+   (:func:`~ddcl_theory.experiments.probes.tuning_folds`) score every configuration of both
+   arms: the DDCL readout's grid and as many values of C for each logistic-regression probe
+   ([CLS], mean). Each arm keeps its best configuration (validation accuracy, ties by
+   validation cross-entropy); the stronger probe on validation is named before any test item
+   is scored.
+2. **Confirmatory seeds.** Each seed draws its own stratified validation split of the training
+   draw (at each scale: a quarter, a half, all of it); the chosen DDCL configuration trains on
+   the rest and stops on that split; each probe, at its chosen C, fits on the same rows. Every
+   seed is scored on its own part of the test draw (a stratified partition, one part per seed),
+   so test items are nested in seeds: the per-item correctness of each arm is kept for the
+   two-stage bootstrap over seeds and items.
+
+Unsupervised, shown beside (on the test documents, labels only to score): k-means on [CLS] and
+on the mean, and two DDCL clusterings - a DDCL layer fitted by L_q on the tokens (each document
+to its dominant prototype) and one fitted on the mean-pooled documents - scored by Hungarian
+ACC, purity, NMI and ARI.
 
 Every DDCL training and clustering is a unit of the run directory
 (:class:`ddcl_theory.runtime.rundir.RunDir`), so a killed run resumes. The verdict is
-:func:`ddcl_theory.ledger.decisions.text_readout.decide_d14` on its ``intervals``.
+:func:`ddcl_theory.ledger.decisions.text_readout.decide_d14`.
 """
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -62,7 +69,7 @@ from ddcl_theory.layers import readouts as R
 from ddcl_theory.metrics.clustering import ari, clustering_acc, nmi, purity
 from ddcl_theory.runtime import profile
 from ddcl_theory.runtime.rundir import RunDir
-from ddcl_theory.runtime.settings import Settings, setting
+from ddcl_theory.runtime.settings import Settings, confirmatory_seeds, setting
 
 CORPORA = ("sst2", "imdb", "20ng")
 TITLES = {"sst2": "SST-2", "imdb": "IMDB", "20ng": "20 Newsgroups"}
@@ -77,6 +84,8 @@ NEWSGROUPS = ("alt.atheism", "comp.graphics", "comp.os.ms-windows.misc",
               "rec.sport.hockey", "sci.crypt", "sci.electronics", "sci.med", "sci.space",
               "soc.religion.christian", "talk.politics.guns", "talk.politics.mideast",
               "talk.politics.misc", "talk.religion.misc")
+#: The probes the DDCL readout is compared with, in the order of the D14 rule's tests.
+BASELINES = ("mean", "[CLS]")
 
 
 #: THE DDCL readout configuration of claims D14 and D17 (see the module docstring).
@@ -92,11 +101,9 @@ def ddcl_readout_config() -> P.DDCLReadoutConfig:
     return DDCL_READOUT
 
 
-#: The readout-step scales of the trend: test accuracy after these epochs ...
-STEP_EPOCHS = (1, 3)
-#: ... and at the epoch the validation split selects (the largest scale, the deciding one).
-SELECTED = "selected epoch"
-SCALES = tuple(f"epoch {e}" for e in STEP_EPOCHS) + (SELECTED,)
+#: The probes' grid of C in the reference profile: 32 log-spaced values from 1e-6 to 10, as
+#: many configurations as the DDCL readout's grid there.
+PROBE_CS = tuple(float(f"{c:.3g}") for c in np.logspace(-6, 1, 32))
 
 
 def encoder_max_length(encoder) -> int:
@@ -117,7 +124,6 @@ def encoder_max_length(encoder) -> int:
 
 
 def _smoke_readout():
-    from dataclasses import replace
     return replace(DDCL_READOUT, max_epochs=2, min_epochs=1)
 
 
@@ -126,26 +132,46 @@ class TextReadoutSettings(Settings):
     """Scale of the text-readout experiment.
 
     Sizes of 0 mean "all rows of the split". Lengths are in tokens, [CLS] and [SEP] included.
-    cpu: small draws (SST-2 as in the reference profile), cut at 64 / 128 / 64 tokens, 3
-    seeds, shorter clusterings (20 Adam steps on 2,500 tokens) (a regression value);
-    reference: a smaller 20 Newsgroups draw, all cut at the encoder's own maximum (256 for
-    MiniLM), the rule's 10 seeds, clusterings of 40 steps on 5,000 tokens; paper: every row,
-    BERT-base, cut at 512.
+    cpu: small draws cut at 64 / 128 / 64 tokens, 3 seeds, a grid of 4 configurations per arm
+    on one tuning fold, two scales, shorter clusterings (a regression value and pilot);
+    reference: larger draws cut at the encoder's own maximum (256 for MiniLM), 10 confirmatory
+    seeds, 32 configurations per arm, three scales; paper: every row, BERT-base, cut at 512.
+
+    The DDCL grid: K in {the number of classes C} + {the second K, when ``grid_second_k``} +
+    ``grid_ks`` (:func:`prototype_counts`), times ``grid_heads`` x ``grid_lrs`` x
+    ``grid_taus`` (tau as a fraction of T_c); the probes' grid: ``probe_cs``, as many values.
+    ``scales``: shares of the training draw, each a run of its own, the last 1 (the whole).
     """
 
     encoder: str = setting("minilm", paper="bert-base-uncased")
-    sst2_train: int = setting(1000, paper=0, smoke=64, ge=0)
+    sst2_train: int = setting(1000, reference=5000, paper=0, smoke=64, ge=0)
     sst2_max_length: int = setting(64, reference=256, paper=512, ge=1)
-    imdb_train: int = setting(300, paper=0, smoke=32, ge=0)
-    imdb_test: int = setting(300, paper=0, smoke=32, ge=0)
+    imdb_train: int = setting(300, reference=1000, paper=0, smoke=32, ge=0)
+    imdb_test: int = setting(300, reference=2000, paper=0, smoke=32, ge=0)
     imdb_max_length: int = setting(128, reference=256, paper=512, ge=1)
-    ng_train: int = setting(800, reference=600, paper=0, smoke=64, ge=0)
-    ng_test: int = setting(400, reference=300, paper=0, smoke=32, ge=0)
+    ng_train: int = setting(800, reference=1000, paper=0, smoke=64, ge=0)
+    ng_test: int = setting(400, reference=1000, paper=0, smoke=32, ge=0)
     ng_max_length: int = setting(64, reference=256, paper=512, ge=1)
-    seeds: int = setting(3, reference=10, paper=10, smoke=1, ge=1)
+    seeds: tuple[int, ...] = setting((0, 1, 2), reference=confirmatory_seeds(10),
+                                     paper=confirmatory_seeds(10), smoke=(1000,), ge=0,
+                                     nonempty=True)
     readout: P.DDCLReadoutConfig = setting(DDCL_READOUT, smoke=_smoke_readout())
-    probe_cs: tuple[float, ...] = setting(P.PROBE_CS, gt=0, nonempty=True)
-    probe_folds: int = setting(5, ge=2)
+    # the grids (the paper profile's smoke test: one configuration per arm)
+    grid_second_k: bool = setting(False, reference=True, paper=True, smoke=False)
+    grid_ks: tuple[int, ...] = setting((16,), reference=(16, 64), paper=(16, 64), smoke=(),
+                                       ge=1)
+    grid_heads: tuple[int, ...] = setting((1, 4), smoke=(1,), ge=1, nonempty=True)
+    grid_lrs: tuple[float, ...] = setting((3e-3,), reference=(1e-3, 3e-3), paper=(1e-3, 3e-3),
+                                          smoke=(3e-3,), gt=0, nonempty=True)
+    grid_taus: tuple[float, ...] = setting((0.25,), reference=(0.125, 0.5),
+                                           paper=(0.125, 0.5), smoke=(0.25,), gt=0, lt=1,
+                                           nonempty=True)
+    probe_cs: tuple[float, ...] = setting((1e-4, 1e-3, 1e-2, 1e-1), reference=PROBE_CS,
+                                          paper=PROBE_CS, smoke=(1e-2,), gt=0, nonempty=True)
+    tuning_folds: int = setting(1, ge=1)
+    scales: tuple[float, ...] = setting((0.5, 1.0), reference=(0.25, 0.5, 1.0),
+                                        paper=(0.25, 0.5, 1.0), smoke=(1.0,), gt=0, le=1,
+                                        nonempty=True)
     cluster_seeds: int = setting(3, paper=5, smoke=1, ge=1)
     cluster_steps: int = setting(20, reference=40, paper=200, smoke=2, ge=1)
     cluster_tokens: int = setting(2500, reference=5000, paper=200000, smoke=500, ge=1)
@@ -153,6 +179,66 @@ class TextReadoutSettings(Settings):
     kmeans_restarts: int = setting(3, paper=10, smoke=1, ge=1)
     data_seed: int = setting(0, ge=0)
     batch_tokens: int = setting(2048, ge=1)
+
+    @property
+    def grid_size(self) -> int:
+        """Configurations in the DDCL readout's grid (and in the probes')."""
+        return (1 + self.grid_second_k + len(self.grid_ks)) * len(self.grid_heads) \
+            * len(self.grid_lrs) * len(self.grid_taus)
+
+    def check(self) -> None:
+        if len(self.probe_cs) != self.grid_size:
+            raise ValueError(f"TextReadoutSettings.probe_cs: expected {self.grid_size} values "
+                             f"(the DDCL grid's size: equal tuning budgets), got "
+                             f"{len(self.probe_cs)}")
+        if list(self.scales) != sorted(set(self.scales)) or self.scales[-1] != 1.0:
+            raise ValueError(f"TextReadoutSettings.scales: expected increasing shares ending at "
+                             f"1, got {self.scales!r}")
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"TextReadoutSettings.seeds: expected distinct seeds, got "
+                             f"{self.seeds!r}")
+
+
+# ------------------------------------------------------------------------------------- grid
+@dataclass(frozen=True)
+class GridPoint:
+    """One configuration of the DDCL readout's tuning grid: K prototypes per head, heads,
+    learning rate, tau as a fraction of T_c; the other fields are the base configuration's."""
+
+    k: int
+    heads: int
+    lr: float
+    tau: float
+
+    def config(self, base: P.DDCLReadoutConfig) -> P.DDCLReadoutConfig:
+        return replace(base, heads=self.heads, lr=self.lr, relative_temperature=self.tau)
+
+    @property
+    def label(self) -> str:
+        return f"K={self.k}, H={self.heads}, lr={self.lr:g}, tau={self.tau:g} T_c"
+
+
+def second_k(name: str, num_classes: int) -> int:
+    """The second K of the grid: the aggregator's K where it differs from the number of
+    classes (IMDB: 4), else twice the number of classes."""
+    k = AGGREGATOR_K[name]
+    return k if k != num_classes else 2 * num_classes
+
+
+def prototype_counts(name: str, num_classes: int, settings: TextReadoutSettings) -> tuple[int, ...]:
+    """The K of the DDCL grid on corpus ``name``: C, the second K (when the settings ask for
+    it), then the settings' fixed values; ``ValueError`` when two coincide."""
+    ks = (num_classes,) + ((second_k(name, num_classes),) if settings.grid_second_k else ()) \
+        + tuple(settings.grid_ks)
+    if len(set(ks)) != len(ks):
+        raise ValueError(f"grid_ks: the K of {name!r} must differ, got {ks}")
+    return ks
+
+
+def ddcl_grid(name: str, num_classes: int, settings: TextReadoutSettings) -> list[GridPoint]:
+    """Every configuration of the DDCL readout's grid on corpus ``name``, K slowest."""
+    return [GridPoint(k, h, lr, tau) for k in prototype_counts(name, num_classes, settings)
+            for h in settings.grid_heads for lr in settings.grid_lrs for tau in settings.grid_taus]
 
 
 # ----------------------------------------------------------------------------------- corpora
@@ -304,16 +390,82 @@ class ClusterScore:
 
 
 @dataclass
+class Tuning:
+    """Both arms' tuning on one corpus: every configuration scored on the same folds.
+
+    Attributes:
+        grid: the DDCL configurations; ddcl: their :class:`~ddcl_theory.experiments.probes.
+            Score` (validation accuracy and cross-entropy of the early-stopped readout, per
+            fold); ddcl_finished: per configuration, the tuning runs that stopped by the rule.
+        cs: the probes' values of C; probes: baseline -> one Score per C.
+        n_fit, n_val: rows fitted on and scored on per fold.
+    """
+
+    grid: list[GridPoint]
+    ddcl: list[P.Score]
+    ddcl_finished: list[int]
+    cs: tuple[float, ...]
+    probes: dict[str, list[P.Score]]
+    n_fit: int
+    n_val: int
+
+    @property
+    def chosen(self) -> GridPoint:
+        """The DDCL configuration of best validation score."""
+        return self.grid[P.best(self.ddcl)]
+
+    def chosen_c(self, baseline: str) -> float:
+        """The C of best validation score of the ``baseline`` probe."""
+        return self.cs[P.best(self.probes[baseline])]
+
+    def best_score(self, arm: str) -> P.Score:
+        """The validation score of an arm's chosen configuration ("DDCL" or a baseline)."""
+        scores = self.ddcl if arm == "DDCL" else self.probes[arm]
+        return scores[P.best(scores)]
+
+    @property
+    def stronger(self) -> str:
+        """The probe of better validation score (exact ties: mean pooling, the encoder's own
+        readout), named before the test set is scored."""
+        return min(BASELINES, key=lambda b: self.best_score(b).key())
+
+
+@dataclass
+class SeedRun:
+    """Both arms on one seed at one scale.
+
+    Attributes:
+        seed; scale: share of the training draw; n_fit, n_val: rows fitted on / validated on.
+        test_rows: the seed's part of the test draw (indices into it).
+        ddcl: the chosen DDCL configuration's run
+            (:class:`~ddcl_theory.experiments.probes.ReadoutRun`, ``test_correct`` on
+            ``test_rows``); probes: baseline -> its fit at the chosen C
+            (:class:`~ddcl_theory.experiments.probes.ProbeFit`) on the same rows and items.
+    """
+
+    seed: int
+    scale: float
+    n_fit: int
+    n_val: int
+    test_rows: np.ndarray
+    ddcl: P.ReadoutRun
+    probes: dict[str, P.ProbeFit]
+
+    def paired(self, baseline: str) -> np.ndarray:
+        """(items,) DDCL correct - probe correct on the seed's test items (-1, 0 or 1)."""
+        return self.ddcl.test_correct.astype(np.int64) \
+            - self.probes[baseline].test_correct.astype(np.int64)
+
+
+@dataclass
 class CorpusResult:
     """Everything measured on one corpus.
 
     Attributes:
         name, num_classes, n_train, n_test, full_train, full_test, max_length: the data.
         truncated: share of train+test texts cut at ``max_length``; mean_tokens: mean length.
-        n_fit, n_val: training sequences the DDCL readout fits on and validates on (per seed).
-        probes: "[CLS]" and "mean" -> the cross-validated logistic-regression probe (one fit).
-        runs: the DDCL readout of each seed (:class:`~ddcl_theory.experiments.probes.
-            ReadoutRun`).
+        tuning: both arms' tuning (:class:`Tuning`).
+        scales: share of the training draw -> one :class:`SeedRun` per seed.
         clusters: the unsupervised scores (shown beside).
     """
 
@@ -326,47 +478,42 @@ class CorpusResult:
     max_length: int
     truncated: float
     mean_tokens: float
-    n_fit: int
-    n_val: int
-    probes: dict[str, P.ProbeLog]
-    runs: list[P.ReadoutRun]
+    tuning: Tuning
+    scales: dict[float, list[SeedRun]]
     clusters: list[ClusterScore]
 
     @property
-    def ddcl(self) -> list[float]:
-        """Test accuracy of each seed's DDCL readout at its selected epoch."""
-        return [r.selected_test_acc for r in self.runs]
-
-    def ddcl_at(self, scale: str) -> list[float]:
-        """Test accuracy of each seed's DDCL readout at a scale of :data:`SCALES`."""
-        if scale == SELECTED:
-            return self.ddcl
-        if scale not in SCALES:
-            raise ValueError(f"scale: expected one of {SCALES}, got {scale!r}")
-        epoch = STEP_EPOCHS[SCALES.index(scale)]
-        return [r.test_acc_at(epoch) for r in self.runs]
+    def seeds(self) -> list[SeedRun]:
+        """The seed runs at the largest scale (the whole training draw)."""
+        return self.scales[max(self.scales)]
 
     @property
-    def accuracy(self) -> dict[str, list[float]]:
-        """Test accuracies: "[CLS]" and "mean" (one fit each) and "DDCL" (one per seed)."""
-        return {"[CLS]": [self.probes["[CLS]"].test_acc], "mean": [self.probes["mean"].test_acc],
-                "DDCL": self.ddcl}
+    def runs(self) -> list[P.ReadoutRun]:
+        """The DDCL runs at the largest scale."""
+        return [s.ddcl for s in self.seeds]
+
+    def accuracy(self, arm: str, scale: float | None = None) -> list[float]:
+        """Per-seed test accuracy of ``arm`` ("DDCL" or a baseline) on the seed's test part."""
+        runs = self.scales[max(self.scales) if scale is None else scale]
+        if arm == "DDCL":
+            return [s.ddcl.selected_test_acc for s in runs]
+        return [s.probes[arm].test_acc for s in runs]
+
+    @property
+    def all_runs(self) -> list[P.ReadoutRun]:
+        """The DDCL runs of every seed and scale."""
+        return [s.ddcl for runs in self.scales.values() for s in runs]
 
     @property
     def min_v(self) -> float:
-        """Smallest V of the DDCL readouts over every training step of every seed."""
-        return min(min(r.v) for r in self.runs)
+        """Smallest V of the DDCL readouts over every training step of every seed and scale."""
+        return min(min(r.v) for r in self.all_runs)
 
     @property
     def identity(self) -> float:
-        """Largest |L_q - L_OLS - V| / L_q over every step of every seed (float32 rounding)."""
+        """Largest |L_q - L_OLS - V| / L_q over every step of every seed and scale."""
         return max(max(abs(a - b - v) / max(abs(a), 1e-30)
-                       for a, b, v in zip(r.l_q, r.l_ols, r.v)) for r in self.runs)
-
-    @property
-    def finished(self) -> int:
-        """Seeds whose DDCL readout reached its validation plateau or passed its optimum."""
-        return sum(r.finished for r in self.runs)
+                       for a, b, v in zip(r.l_q, r.l_ols, r.v)) for r in self.all_runs)
 
 
 @dataclass
@@ -381,6 +528,34 @@ def cluster_ks(name: str, num_classes: int) -> list[int]:
     return sorted({num_classes, AGGREGATOR_K[name]})
 
 
+def test_parts(y_test: np.ndarray, n: int, seed: int) -> list[np.ndarray]:
+    """A stratified partition of the test draw into ``n`` parts (sorted indices), one per
+    seed: the test folds of a shuffled stratified ``n``-fold split; the whole draw for n = 1."""
+    from sklearn.model_selection import StratifiedKFold
+
+    y_test = np.asarray(y_test)
+    if n == 1:
+        return [np.arange(len(y_test))]
+    smallest = int(np.bincount(y_test).min())
+    if smallest < n:
+        raise ValueError(f"y_test: every class needs >= {n} test rows for {n} seeds' parts, "
+                         f"the smallest has {smallest}")
+    split = StratifiedKFold(n, shuffle=True, random_state=seed).split(np.zeros(len(y_test)),
+                                                                       y_test)
+    return [np.sort(b) for _, b in split]
+
+
+def scale_rows(y: np.ndarray, share: float, seed: int) -> np.ndarray:
+    """Sorted rows of a stratified random ``share`` of the training draw (all rows at 1)."""
+    from sklearn.model_selection import train_test_split
+
+    rows = np.arange(len(y))
+    if share >= 1:
+        return rows
+    kept, _ = train_test_split(rows, train_size=share, random_state=seed, stratify=y)
+    return np.sort(kept)
+
+
 def _scores(y: np.ndarray, labels: np.ndarray) -> tuple[float, float, float, float]:
     return (clustering_acc(y, labels), purity(y, labels), nmi(y, labels), ari(y, labels))
 
@@ -393,21 +568,51 @@ def _unit(ckpt: RunDir | None, key: str, compute):
     return ckpt.unit(key, compute)
 
 
-def _readout_run(emb_train, y_train: np.ndarray, emb_test, y_test: np.ndarray, *, k: int,
-                 config: P.DDCLReadoutConfig, seed: int, device: str) -> P.ReadoutRun:
-    fit_rows, val_rows = P.validation_split(y_train, config.validation_fraction, seed)
-    y_tr = torch.from_numpy(y_train).to(device)
+def _readout(emb_train: TokenEmbeddings, y_train: np.ndarray, fit_rows: np.ndarray,
+             val_rows: np.ndarray, point: GridPoint, base: P.DDCLReadoutConfig, *, seed: int,
+             num_classes: int, device: str, emb_test: TokenEmbeddings | None = None,
+             y_test: np.ndarray | None = None) -> P.ReadoutRun:
+    """The DDCL readout of ``point`` trained on ``fit_rows``, stopped on ``val_rows`` and
+    scored on the test texts when given."""
+    y = torch.from_numpy(y_train).to(device)
+    test = {} if emb_test is None else {
+        "test": packed(emb_test, device), "y_test": torch.from_numpy(y_test).to(device)}
     return P.ddcl_readout_fit(
-        packed(emb_train.subset(fit_rows), device), y_tr[torch.from_numpy(fit_rows).to(device)],
-        packed(emb_train.subset(val_rows), device), y_tr[torch.from_numpy(val_rows).to(device)],
-        packed(emb_test, device), torch.from_numpy(y_test).to(device), num_prototypes=k,
-        config=config, seed=seed, num_classes=k)
+        packed(emb_train.subset(fit_rows), device), y[torch.from_numpy(fit_rows).to(device)],
+        packed(emb_train.subset(val_rows), device), y[torch.from_numpy(val_rows).to(device)],
+        **test, num_prototypes=point.k, config=point.config(base), seed=seed,
+        num_classes=num_classes)
+
+
+def _tuning_run(*args, **kwargs) -> P.ReadoutRun:
+    """A tuning run without its per-step loss terms (kept small in the run directory)."""
+    return replace(_readout(*args, **kwargs), l_q=[], l_ols=[], v=[])
+
+
+def tune(name: str, s: TextReadoutSettings, train: TokenEmbeddings, y_train: np.ndarray,
+         num_classes: int, device: str, ckpt: RunDir | None = None) -> Tuning:
+    """Both arms' grids scored on the same tuning folds of the training draw."""
+    folds = P.tuning_folds(y_train, s.readout.validation_fraction, s.tuning_folds, s.data_seed)
+    grid = ddcl_grid(name, num_classes, s)
+    scores, finished = [], []
+    for point in grid:
+        runs = [_unit(ckpt, f"{name}/tune/{point.label}/fold={i}", functools.partial(
+            _tuning_run, train, y_train, fit, val, point, s.readout, seed=s.data_seed + i,
+            num_classes=num_classes, device=device)) for i, (fit, val) in enumerate(folds)]
+        scores.append(P.Score(tuple(r.val.acc[0] for r in runs),
+                              tuple(r.val.loss[0] for r in runs)))
+        finished.append(sum(r.finished for r in runs))
+    features = {"[CLS]": train.cls(), "mean": train.mean()}
+    probes = {b: P.probe_scores(features[b], y_train, folds, s.probe_cs) for b in BASELINES}
+    return Tuning(grid, scores, finished, tuple(s.probe_cs), probes, len(folds[0][0]),
+                  len(folds[0][1]))
 
 
 def run_corpus(name: str, settings: TextReadoutSettings, encoder,
                corpus: Corpus | None = None, *, ckpt: RunDir | None = None) -> CorpusResult:
-    """Supervised probes and readouts, and the unsupervised clusterings, on one corpus (drawn by
-    :func:`load_corpus` unless given); ``ckpt`` keeps every DDCL training as a unit."""
+    """Tuning, confirmatory seeds at every scale, and the unsupervised clusterings, on one
+    corpus (drawn by :func:`load_corpus` unless given); ``ckpt`` keeps every DDCL training as
+    a unit."""
     s = settings
     device = profile.current().device
     corpus = corpus if corpus is not None else load_corpus(name, s)
@@ -415,20 +620,27 @@ def run_corpus(name: str, settings: TextReadoutSettings, encoder,
         raise ValueError(f"corpus: expected the {name!r} draw, got {corpus.name!r}")
     train, test = embed_corpus(encoder, corpus)
     c = corpus.num_classes
+    y_tr, y_te = corpus.train_y, corpus.test_y
 
-    probes = {label: P.linear_probe_cv(torch.from_numpy(f_tr), torch.from_numpy(corpus.train_y),
-                                       torch.from_numpy(f_te), torch.from_numpy(corpus.test_y),
-                                       cs=s.probe_cs, folds=s.probe_folds, seed=s.data_seed)
-              for label, (f_tr, f_te) in {"[CLS]": (train.cls(), test.cls()),
-                                          "mean": (train.mean(), test.mean())}.items()}
-    runs = [_unit(ckpt, f"{name}/readout/seed={seed}", functools.partial(
-        _readout_run, train, corpus.train_y, test, corpus.test_y, k=c, config=s.readout,
-        seed=seed, device=device)) for seed in range(s.seeds)]
-    n_fit, n_val = (len(x) for x in P.validation_split(corpus.train_y,
-                                                       s.readout.validation_fraction, 0))
+    tuning = tune(name, s, train, y_tr, c, device, ckpt)
+    point = tuning.chosen
+    features = {"[CLS]": (train.cls(), test.cls()), "mean": (train.mean(), test.mean())}
+    parts = test_parts(y_te, len(s.seeds), s.data_seed)
+    scales: dict[float, list[SeedRun]] = {}
+    for share in s.scales:
+        scales[share] = []
+        for seed, part in zip(s.seeds, parts):
+            rows = scale_rows(y_tr, share, seed)
+            fit, val = (rows[i] for i in P.validation_split(y_tr[rows],
+                                                            s.readout.validation_fraction, seed))
+            ddcl = _unit(ckpt, f"{name}/share={share:g}/seed={seed}", functools.partial(
+                _readout, train, y_tr, fit, val, point, s.readout, seed=seed, num_classes=c,
+                device=device, emb_test=test.subset(part), y_test=y_te[part]))
+            fits = {b: P.probe_fit(features[b][0], y_tr, fit, val, features[b][1][part],
+                                   y_te[part], tuning.chosen_c(b)) for b in BASELINES}
+            scales[share].append(SeedRun(seed, share, len(fit), len(val), part, ddcl, fits))
 
     clusters: list[ClusterScore] = []
-    y = corpus.test_y
     p_te = packed(test, device)
     docs = torch.from_numpy(test.mean()).to(device)
     doc_tokens = R.PackedTokens(docs, torch.arange(len(docs) + 1, device=device))
@@ -451,14 +663,13 @@ def run_corpus(name: str, settings: TextReadoutSettings, encoder,
             "DDCL on mean": [ddcl_labels(doc_tokens, "mean", k, seed) for seed in seeds],
         }
         for method, labelings in labelings_of.items():
-            sc = np.array([_scores(y, lab) for lab in labelings])           # (seeds, 4)
+            sc = np.array([_scores(y_te, lab) for lab in labelings])           # (seeds, 4)
             clusters.append(ClusterScore(method, k, *(sc[:, j].tolist() for j in range(4))))
 
     lengths = np.concatenate([train.lengths, test.lengths])
-    return CorpusResult(name, c, len(corpus.train_y), len(corpus.test_y), corpus.full_train,
-                        corpus.full_test, corpus.max_length,
-                        float((lengths >= corpus.max_length).mean()), float(lengths.mean()),
-                        n_fit, n_val, probes, runs, clusters)
+    return CorpusResult(name, c, len(y_tr), len(y_te), corpus.full_train, corpus.full_test,
+                        corpus.max_length, float((lengths >= corpus.max_length).mean()),
+                        float(lengths.mean()), tuning, scales, clusters)
 
 
 def run(settings: TextReadoutSettings | None = None, *, encoder=None,

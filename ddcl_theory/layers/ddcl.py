@@ -116,6 +116,26 @@ class DDCLAttention(nn.Module):
         prototype_std: standard deviation of the random normal prototype initialisation.
         explicit: compute through the explicit equations instead of the fused path (slower; for
             reading and checks). Can be changed later through the attribute of the same name.
+
+    Raises:
+        ValueError: naming the argument and the expected range: a size that is not an int
+            >= 1, ``dim`` not divisible by ``heads`` (without ``head_dim``), a temperature
+            that is not finite and > 0, a ``prototype_std`` <= 0; and in :meth:`forward`, an
+            ``x`` that is not (B, T, dim) or a ``mask`` that is not (B, T).
+
+    Example:
+        >>> import torch
+        >>> layer = DDCLAttention(16, num_prototypes=8, heads=2, temperature=0.5)
+        >>> x = torch.randn(4, 10, 16)
+        >>> mask = torch.arange(10) < 7                  # the last 3 tokens are padding
+        >>> out = layer(x, mask.expand(4, 10))
+        >>> out.output.shape, out.assignments.shape, out.pooled.shape
+        (torch.Size([4, 10, 16]), torch.Size([4, 2, 10, 8]), torch.Size([4, 16]))
+        >>> bool(out.assignments[:, :, 7:].eq(0).all())  # no assignment for padding
+        True
+        >>> gap = out.losses.l_q - out.losses.l_ols - out.losses.v   # L_q = L_OLS + V
+        >>> bool(gap.abs() < 1e-4)
+        True
     """
 
     def __init__(self, dim: int, num_prototypes: int, *, heads: int = 1,

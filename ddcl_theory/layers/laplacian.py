@@ -66,6 +66,22 @@ class LaplacianAttention(nn.Module):
 
     Shapes: ``forward(x (B, T, d), mask (B, T) bool | None) -> y (B, T, d)``, or
     ``(y, P)`` with ``P`` (B, H, T, T) when ``return_attention=True``.
+
+    Raises:
+        ValueError: naming the argument and the expected range: ``dim`` or ``heads`` not an
+            int >= 1, ``dim`` not divisible by ``heads``, ``laplacian_heads`` outside
+            ``[0, heads]``, ``dropout`` outside ``[0, 1)``; and in ``forward``, an ``x`` that
+            is not (B, T, dim) or a ``mask`` that is not (B, T).
+
+    Example:
+        >>> import torch
+        >>> attn = LaplacianAttention(32, heads=4, laplacian_heads=2).eval()
+        >>> x = torch.randn(2, 6, 32)
+        >>> y, p = attn(x, return_attention=True)
+        >>> y.shape, p.shape
+        (torch.Size([2, 6, 32]), torch.Size([2, 4, 6, 6]))
+        >>> bool(torch.allclose(p.sum(-1), torch.ones(2, 4, 6)))  # P is row-stochastic
+        True
     """
 
     #: The attribute that selects the vmap-safe path (see :mod:`ddcl_theory.runtime.stacked`).

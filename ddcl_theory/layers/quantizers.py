@@ -9,7 +9,9 @@ Every quantiser maps tokens ``z`` (B, T, D) to :class:`QuantizerOutput`:
 * :class:`HardVQ` - the VQ-VAE quantiser of van den Oord et al. (2017): the nearest code e(z), the
   straight-through estimator z + sg(e - z) (switchable off), and the loss
   ||sg(z) - e||^2 + beta ||z - sg(e)||^2 (codebook and commitment terms, means over elements).
-  The codebook starts uniform in [-1/K, 1/K], as in the reference implementations.
+  The codebook starts uniform in [-1/K, 1/K], as in the reference implementations
+  (:func:`uniform_codebook`; :meth:`SoftDDCLQuantizer.set_codebook` gives the soft quantiser
+  the same start).
 * :class:`EMAVectorQuantizer` - a thin adapter of ``vector_quantize_pytorch.VectorQuantize``
   (EMA codebook, k-means initialisation on the first batch, expiry of dead codes): the strongest
   widely used hard quantiser.
@@ -41,6 +43,7 @@ __all__ = [
     "SoftDDCLQuantizer",
     "make_quantizer",
     "soft_centroid_jacobian",
+    "uniform_codebook",
 ]
 
 
@@ -60,6 +63,16 @@ class QuantizerOutput:
     codes: Tensor
     assignments: Tensor
     loss: Tensor
+
+
+def uniform_codebook(num_codes: int, dim: int, *,
+                     generator: torch.Generator | None = None) -> Tensor:
+    """(K, D) codes uniform in [-1/K, 1/K]: the VQ-VAE's usual start (drawn from ``generator``,
+    else from the global generator, as :class:`HardVQ` draws its codebook)."""
+    check_positive_int(num_codes, "num_codes")
+    check_positive_int(dim, "dim")
+    return torch.empty(num_codes, dim).uniform_(-1.0 / num_codes, 1.0 / num_codes,
+                                                generator=generator)
 
 
 class Quantizer(nn.Module):
@@ -111,6 +124,13 @@ class SoftDDCLQuantizer(Quantizer):
     def temperature(self) -> float:
         return self.layer.temperature.value
 
+    @torch.no_grad()
+    def set_codebook(self, codes: Tensor) -> None:
+        """Start the bank at ``codes`` (K, D), e.g. :func:`uniform_codebook` (the hard VQ-VAE's
+        start) instead of the random normal one."""
+        check_shape(codes, "codes", (self.num_codes, self.dim))
+        self.layer.prototypes[0].copy_(codes.to(self.layer.prototypes.dtype))
+
     def forward(self, z: Tensor) -> QuantizerOutput:
         check_tokens(z, None, self.dim, name="z")
         out = self.layer(z)
@@ -137,8 +157,7 @@ class HardVQ(Quantizer):
         super().__init__(dim, num_codes)
         self.beta = check_non_negative_float(beta, "beta")
         self.straight_through = bool(straight_through)
-        self.embedding = nn.Parameter(torch.empty(num_codes, dim).uniform_(-1.0 / num_codes,
-                                                                            1.0 / num_codes))
+        self.embedding = nn.Parameter(uniform_codebook(num_codes, dim))
 
     @property
     def codebook(self) -> Tensor:
