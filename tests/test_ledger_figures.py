@@ -57,3 +57,16 @@ def test_plot_forest_draws_one_line_per_row_and_refuses_none():
     with pytest.raises(ValueError, match="at least one"):
         plot_forest(ax, [])
     plt.close(fig)
+
+
+def test_plot_forest_cuts_far_intervals_at_its_window_and_points_the_estimate_away():
+    from ddcl_theory.ledger.figures import FOREST_LIMITS, plot_forest
+    fig, ax = plt.subplots()
+    rows = [{"label": "far", "phase": "confirmatory", "low": 100.0, "estimate": 130.0,
+             "high": 160.0, "word": "reproduced", "has_sesoi": True}]
+    plot_forest(ax, rows)
+    line, marker = ax.lines[:2]
+    assert list(line.get_xdata()) == [FOREST_LIMITS[1]] * 2
+    assert marker.get_marker() == ">" and marker.get_xdata()[0] == FOREST_LIMITS[1]
+    assert ax.get_xlim()[1] < 10
+    plt.close(fig)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -53,3 +54,49 @@ def test_the_committed_ledger_gives_every_paper_a_page_section():
         text = findings.findings_markdown(rows, source)
         ids = [r["id"] for r in rows if r["source"] == source]
         assert all(f"<ledger-{cid.lower()}>" in text for cid in ids), source
+
+
+NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+
+
+def _numbers(text: str) -> set[str]:
+    return set(NUMBER.findall(text.replace("\\", "")))
+
+
+def _page_disagreements(ledger: list[dict]) -> list[str]:
+    """Every line of the findings page of ``ledger`` whose word is not its claim's word in the
+    committed ``results/claims.json``, or which shows a number the committed row does not hold."""
+    committed = {row["id"]: row for row in json.loads(
+        (ROOT / "results" / "claims.json").read_text(encoding="utf-8"))}
+    problems = []
+    for source in findings.PAPERS:
+        for line in findings.findings_markdown(ledger, source).splitlines():
+            if not line.startswith("- {ref}"):
+                continue
+            cid = re.match(r"- \{ref\}`(\w+) <", line).group(1)
+            word = re.search(r"\{verdict\}`([^`]+)`", line).group(1)
+            row = committed[cid]
+            if word != row["verdict"]:
+                problems.append(f"{cid}: page says {word!r}, claims.json {row['verdict']!r}")
+            allowed = _numbers(json.dumps(row) + claims.get(cid).short
+                               + findings.what_would_decide(row)) | _numbers(cid)
+            if extra := _numbers(line.split("`", 4)[-1]) - allowed:
+                problems.append(f"{cid}: numbers {sorted(extra)} are not in claims.json")
+    return problems
+
+
+def test_every_word_and_number_of_the_findings_page_is_the_committed_ledgers():
+    ledger = json.loads((ROOT / "results" / "claims.json").read_text(encoding="utf-8"))
+    assert _page_disagreements(ledger) == []
+
+
+def test_a_changed_word_or_number_on_the_page_is_caught():
+    ledger = json.loads((ROOT / "results" / "claims.json").read_text(encoding="utf-8"))
+    wrong = [dict(row) for row in ledger]
+    first = wrong[0]
+    first["verdict"] = "refuted" if first["verdict"] != "refuted" else "proved"
+    assert any(p.startswith(f"{first['id']}: page says") for p in _page_disagreements(wrong))
+    wrong = [dict(row) for row in ledger]
+    with_value = next(row for row in wrong if row.get("our_value"))
+    with_value["our_value"] = "9137.5 of it"
+    assert any("9137.5" in p for p in _page_disagreements(wrong))

@@ -30,10 +30,11 @@ ROOT = Path(__file__).resolve().parents[1]
 HTML = Path(os.environ.get("DDCL_BOOK_HTML") or ROOT / "_build" / "html")
 SCREENSHOTS = os.environ.get("DDCL_SCREENSHOT_DIR")
 REQUIRED = os.environ.get("DDCL_REQUIRE_BUILT_BOOK") == "1"
-PAGES_WITH_MATH = ["book/notation.html", "notebooks/decomposition.html",
+PAGES_WITH_MATH = ["book/findings.html", "book/notation.html", "notebooks/decomposition.html",
                    "notebooks/free_energy.html", "notebooks/laplacian_theory.html",
                    "notebooks/ledger.html"]
 LEDGER = "notebooks/ledger.html"
+FINDINGS = "book/findings.html"
 #: window sizes (CSS px) at which the ledger must fit: a laptop and a phone
 WINDOWS = {"desktop": (1400, 900), "phone": (390, 844)}
 INVENTED_REPOSITORY = "github.com/ddcl-theory/ddcl-theory"
@@ -419,6 +420,22 @@ def test_ledger_ids_link_to_evidence_entries_and_chapters(html_dir):
         assert " ".join(claim.statement.split()[:6]) in " ".join(words.split()), claim.id
         for href in re.findall(r'href="([^"#]+\.html)', entry.group(1)):
             assert (html_dir / "notebooks" / href).resolve().is_file(), f"{claim.id}: {href}"
+
+
+def test_findings_page_shows_every_claim_with_its_committed_word(html_dir):
+    """The built findings page (book/findings.md, computed at build time) gives each claim of
+    results/claims.json once, with the same verdict badge, and a forest plot per paper with
+    empirical tests."""
+    page = html_dir / FINDINGS
+    _need(page.is_file(), f"{FINDINGS} was not built")
+    text = page.read_text(encoding="utf-8")
+    ledger = json.loads((ROOT / "results" / "claims.json").read_text(encoding="utf-8"))
+    for row in ledger:
+        shown = re.findall(rf">{row['id']}</span></a>\s*<span class=\"ddcl-verdict[^"]*\">"
+                           rf"([^<]+)</span>", text)
+        assert shown == [row["verdict"]], f"{row['id']}: page shows {shown}"
+    with_tests = {row["source"] for row in ledger if row.get("tests")}
+    assert text.count('class="ddcl-findings-forest') == len(with_tests)
 
 
 def _configured_repository_url() -> str:

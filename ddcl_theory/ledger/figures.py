@@ -86,17 +86,29 @@ def forest_rows(ledger: list[dict]) -> list[dict]:
     return rows
 
 
+#: The window of :func:`plot_forest` on its axis: an interval reaching beyond it is cut at the
+#: edge, and an estimate beyond it is drawn as a triangle pointing away.
+FOREST_LIMITS = (-4.0, 5.0)
+
+
 def plot_forest(ax, rows: list[dict]):
     """Every test's 95% interval on one axis (:func:`forest_rows`): the claim's margin at 0,
     its smallest effect of interest at 1 (the claimed side to the right); confirmatory
-    intervals in black, exploratory ones in grey below them. Returns ``ax``."""
+    intervals in black, exploratory ones in grey below them; cut to :data:`FOREST_LIMITS`.
+    Returns ``ax``."""
     if not rows:
         raise ValueError("rows: expected at least one decided test")
     colours = {"confirmatory": "0.1", "exploratory": "0.6"}
+    lo, hi = FOREST_LIMITS
     y = np.arange(len(rows))[::-1]
     for yi, row in zip(y, rows):
-        ax.plot([row["low"], row["high"]], [yi, yi], color=colours[row["phase"]], lw=2)
-        ax.plot(row["estimate"], yi, "o", color=colours[row["phase"]], ms=4)
+        colour = colours[row["phase"]]
+        ends = np.clip([row["low"], row["high"]], lo, hi)
+        ax.plot(ends, [yi, yi], color=colour, lw=2)
+        est = row["estimate"]
+        marker = ">" if est > hi else "<" if est < lo else "o"
+        ax.plot(float(np.clip(est, lo, hi)), yi, marker, color=colour, ms=4)
+    ax.set_xlim(lo - 0.3, hi + 0.3)
     ax.axvline(0.0, color="0.3", lw=1)
     ax.axvline(1.0, color="tab:blue", lw=1, ls="--")
     ax.set_yticks(y, [f"{r['label']} {'' if r['phase'] == 'confirmatory' else '(expl.)'}"
