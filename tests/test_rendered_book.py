@@ -431,8 +431,8 @@ def test_findings_page_shows_every_claim_with_its_committed_word(html_dir):
     text = page.read_text(encoding="utf-8")
     ledger = json.loads((ROOT / "results" / "claims.json").read_text(encoding="utf-8"))
     for row in ledger:
-        shown = re.findall(rf">{row['id']}</span></a>\s*<span class=\"ddcl-verdict[^"]*\">"
-                           rf"([^<]+)</span>", text)
+        badge = r'\s*<span class="ddcl-verdict[^"]*">([^<]+)</span>'
+        shown = re.findall(rf">{row['id']}</span></a>" + badge, text)
         assert shown == [row["verdict"]], f"{row['id']}: page shows {shown}"
     with_tests = {row["source"] for row in ledger if row.get("tests")}
     assert text.count('class="ddcl-findings-forest') == len(with_tests)

@@ -73,6 +73,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     _e("ddcl_layer", "TransformerSettings", "run_transformer"),
     _e("scaling", "ScalingSettings"),
     _e("annealing", "AnnealingSettings"),
+    _e("cooling", "CoolingSettings"),
     _e("eps_ablation", "AblationSettings", "run_scales"),
     _e("eps_ablation", "SGDAblationSettings", "run_scales", optimiser="sgd"),
     _e("eps_ablation", "SGDBesideSettings"),
