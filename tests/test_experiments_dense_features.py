@@ -1,9 +1,10 @@
 """ddcl_theory.experiments.dense_features: self-distillation on the dense proxy (tiny runs on
-noise backgrounds, so no data set is needed): loss decreasing, no collapse, probe shapes, and a
-killed run resuming to the same numbers. The verdict rule is tested in
-tests/test_ledger_decisions_dense_features.py."""
+noise backgrounds, so no data set is needed): paired draws per seed, views and patches, the
+schedule, the probes, the floors and ceiling, a killed run resuming to the same numbers, and the
+profiles. The verdict rule is tested in tests/test_ledger_decisions_dense_features.py."""
 from __future__ import annotations
 
+import math
 
 import numpy as np
 import pytest
@@ -12,7 +13,6 @@ import torch
 from _killers import Killed, KilledAfter
 from ddcl_theory.data import dense_proxy
 from ddcl_theory.experiments import dense_features as exp
-from ddcl_theory.ledger.decisions.dense_features import collapsed
 from ddcl_theory.runtime.rundir import RunDir
 
 
@@ -26,11 +26,27 @@ def noise_backgrounds(monkeypatch):
 
 
 def tiny(**kw) -> exp.DenseSettings:
-    base = dict(n_train=48, n_test=16, patch=8, dim=16, depth=1, heads=2, mlp_ratio=2,
-                out_dim=16, batch_size=16, steps_per_round=5, probe_at=(0, 2, 4), lr=3e-3,
-                weight_decay=0.0, momentum=0.9, probe_steps=10, probe_lr=0.1, seeds=(0,),
-                head_settings=("0", "all"))
+    base = dict(n_train=48, n_val=16, n_test=16, patch=8, dim=16, depth=1, heads=2,
+                mlp_ratio=2, out_dim=16, batch_size=16, steps=(10, 20), steps_per_round=5,
+                lr=3e-3, weight_decay=0.0, momentum=0.9, probe_steps=10, probe_lr=0.1,
+                ceiling_steps=10, seeds=(0,), head_settings=("0", "all"))
     return exp.DenseSettings(**{**base, **kw})
+
+
+def test_a_seed_draws_its_own_images_and_standardises_on_training_statistics():
+    s = tiny()
+    d0, again, d1 = exp.prepare(s, 0), exp.prepare(s, 0), exp.prepare(s, 1)
+    assert torch.equal(d0.x_train, again.x_train) and torch.equal(d0.x_test, again.x_test)
+    assert not torch.equal(d0.x_train, d1.x_train) and not torch.equal(d0.x_test, d1.x_test)
+    assert d0.x_train.shape == (48, 16, 8 * 8 * 3) and d0.x_val.shape == (16, 16, 192)
+    assert d0.y_train.shape == (48, 16) and d0.y_val.shape == (16, 16)
+    # the training images have zero mean and unit sd per channel; validation images are the
+    # last n_val of the same draw, standardised with the training statistics
+    mean = d0.images_train.mean(dim=(0, 2, 3))
+    sd = d0.images_train.std(dim=(0, 2, 3))
+    assert torch.allclose(mean, torch.zeros(3), atol=1e-4)
+    assert torch.allclose(sd, torch.ones(3), atol=1e-2)
+    assert len(d0.train) == 48 and len(d0.val) == 16 and len(d0.test) == 16
 
 
 def test_views_are_seeded_and_differ():
@@ -48,70 +64,137 @@ def test_patches_match_the_data_packages_order():
     assert np.allclose(ours.numpy(), image_patches(x, 8))
 
 
+def test_warmup_then_cosine_to_zero():
+    f = exp.warmup_cosine(100, 0.1)
+    assert [f(s) for s in (0, 4, 9)] == pytest.approx([0.1, 0.5, 1.0])
+    assert f(10) == pytest.approx(1.0) and f(55) == pytest.approx(0.5)
+    assert f(100) == pytest.approx(0.0, abs=1e-12)
+    values = [f(s) for s in range(10, 101)]
+    assert all(a >= b for a, b in zip(values, values[1:]))          # decays monotonically
+    assert exp.warmup_cosine(10, 0.0)(0) == pytest.approx(1.0)
+
+
 def test_probe_shapes_and_scores():
     s = tiny()
-    d = exp.prepare(s)
-    tr, te = exp.to_patches(d.x_train, 8), exp.to_patches(d.x_test, 8)
-    probe = exp.train_probe(tr, d.y_train, steps=5, lr=0.1, seed=0)
+    d = exp.prepare(s, 0)
+    probe = exp.train_probe(d.x_train, d.y_train, steps=5, lr=0.1, seed=0)
     assert probe.weight.shape == (dense_proxy.NUM_CLASSES, 8 * 8 * 3)
-    assert probe(tr).shape == (48, 16, dense_proxy.NUM_CLASSES)
-    score = exp.probe_features(tr, te, d, s, steps=0, seed=0)
-    assert 0 <= score.miou <= 1 and 0 <= score.pixel_acc <= 1 and 0 <= score.image_acc <= 1
-    with pytest.raises(ValueError, match="labels"):
-        exp.train_probe(tr, d.y_train[:, :3], steps=1, lr=0.1, seed=0)
+    assert probe(d.x_train).shape == (48, 16, dense_proxy.NUM_CLASSES)
+    again = exp.train_probe(d.x_train, d.y_train, steps=5, lr=0.1, seed=0)
+    assert torch.equal(probe.weight, again.weight)                  # seeded, global state kept
+    score = exp.probe_features((d.x_train, d.x_val, d.x_test),
+                               (d.x_train.mean(1), d.x_test.mean(1)), d, s, seed=0)
+    for v in (score.miou, score.pixel_acc, score.val_miou, score.image_acc):
+        assert 0 <= v <= 1
+    assert len(score.image_correct) == 16 and score.image_acc == np.mean(score.image_correct)
+    dense_only = exp.probe_features((d.x_train, d.x_val, d.x_test), None, d, s, seed=0)
+    assert math.isnan(dense_only.image_acc) and dense_only.miou == score.miou
+    with pytest.raises(ValueError, match="^labels: expected shape"):
+        exp.train_probe(d.x_train, d.y_train[:, :3], steps=1, lr=0.1, seed=0)
 
 
-def test_tiny_run_loss_decreases_without_collapse():
-    s = tiny(probe_at=(0, 2, 4))
-    r = exp.pretrain(s, "all", 0, exp.prepare(s))
+def test_a_probe_finds_what_is_linear_in_the_features():
+    # features that carry the patch label one-hot are read perfectly; noise is not
+    s = tiny(probe_steps=60)
+    d = exp.prepare(s, 0)
+    k = dense_proxy.NUM_CLASSES
+
+    def onehot(y):
+        return torch.nn.functional.one_hot(y, k).float() + 0.01 * torch.randn(*y.shape, k)
+
+    y_test = torch.from_numpy(d.test.patch_labels.reshape(16, -1))
+    good = exp.probe_features((onehot(d.y_train), onehot(d.y_val), onehot(y_test)), None, d,
+                              s, seed=0)
+    g = torch.Generator().manual_seed(0)
+    noise = [torch.randn(n, 16, 8, generator=g) for n in (48, 16, 16)]
+    bad = exp.probe_features(noise, None, d, s, seed=0)
+    # the best a patch-level labelling can do: the true patch labels, upsampled to pixels
+    best_miou, best_acc = exp._score(y_test.numpy(), d.test)
+    assert good.pixel_acc == pytest.approx(best_acc, abs=0.02)
+    assert good.miou > bad.miou + 0.3 and good.miou <= best_miou + 1e-9
+    # the foreground probe reads the same features: tile or background
+    best_fg, _ = exp._score((y_test > 0).long().numpy(), d.test, foreground=True)
+    assert good.fg_miou == pytest.approx(best_fg, abs=0.03) and good.fg_miou > bad.fg_miou + 0.2
+
+
+def test_tiny_run_loss_decreases_and_reads_its_settling_probe():
+    s = tiny(steps=(20,), lr=1e-2)
+    r = exp.pretrain(s, "all", 0, 20, exp.prepare(s, 0))
     assert len(r.curve) == 4 and r.curve[-1] < r.curve[0]
-    assert [p.steps for p in r.scores] == [0, 10, 20]
-    assert not collapsed(r, float(np.log(s.out_dim)))
-    assert r.effective_rank > 2 and r.laplacian_heads == 2
+    assert r.laplacian_heads == 2 and r.steps == 20 and r.setting == "all"
+    assert 0 <= r.settle_val_fg_miou <= 1 and 0 <= r.score.miou <= 1
+    assert 0 <= r.teacher_entropy <= r.teacher_mean_entropy + 1e-6 <= math.log(16) + 1e-6
+    assert 1 <= r.effective_rank <= 16
+    assert s.settle_round(20) == 3 and s.settle_round(100) == 15
+
+
+def test_floors_and_the_ceiling():
+    s = tiny(ceiling_steps=20)
+    d = exp.prepare(s, 0)
+    f = exp.floors(s, 0, d)
+    labels = d.test.pixel_labels
+    share = float(np.mean(labels == 0))
+    assert f.background_pixel_acc == pytest.approx(share)
+    # all-background: the background's IoU is its pixel share, every digit class 0
+    present = len(np.unique(labels))
+    assert f.background == pytest.approx(share / present)
+    assert set(f.untrained) == set(f.ceiling) == {"0", "all"}
+    c = f.ceiling["all"]
+    assert len(c.val_curve) == 4 and c.best_step == 5 * (int(np.argmax(c.val_curve)) + 1)
+    assert 0 <= c.miou <= 1
 
 
 def test_a_killed_run_resumes_to_the_same_numbers(tmp_path):
     s = tiny()
-    d = exp.prepare(s)
-    whole = exp.pretrain(s, "all", 0, d)
+    d = exp.prepare(s, 0)
+    whole = exp.pretrain(s, "all", 0, 20, d)
     with pytest.raises(Killed):                          # killed after round 2 of 4
-        exp.pretrain(s, "all", 0, d,
+        exp.pretrain(s, "all", 0, 20, d,
                      run=KilledAfter("dense-test", s, root=tmp_path, enabled=True, saves=2))
     run = RunDir("dense-test", s, root=tmp_path, enabled=True)
-    assert run.state_path("all-seed0").is_file()
-    assert exp.pretrain(s, "all", 0, d, run=run) == whole
+    assert run.state_path("all-seed0-20").is_file()
+    assert exp.pretrain(s, "all", 0, 20, d, run=run) == whole
 
 
-def test_sweep_pairs_settings_and_seeds():
-    s = tiny(seeds=(0, 1), probe_at=(0, 1), steps_per_round=2)
+def test_sweep_pairs_settings_seeds_and_lengths():
+    s = tiny(seeds=(0, 1), steps=(5, 10))
     sweep = exp.run(s, run_dir=RunDir("dense", s, enabled=False))
-    assert [(r.setting, r.seed) for r in sweep.runs] == [("0", 0), ("all", 0), ("0", 1),
-                                                         ("all", 1)]
+    assert [(r.setting, r.seed, r.steps) for r in sweep.runs] == [
+        ("0", 0, 5), ("all", 0, 5), ("0", 0, 10), ("all", 0, 10),
+        ("0", 1, 5), ("all", 1, 5), ("0", 1, 10), ("all", 1, 10)]
     assert sweep.values("all").shape == (2,) and sweep.source == "cifar10"
-    assert set(sweep.digests) == {"train", "test"}
+    assert sweep.values("0", steps=5)[1] == sweep.run("0", 1, 5).score.miou
+    assert sweep.floor_values("ceiling", "all").shape == (2,)
+    assert set(sweep.digests) == {"seed 0", "seed 1"}
+    assert sweep.log_k == pytest.approx(math.log(16))
+    with pytest.raises(KeyError):
+        sweep.run("all", 2)
+    with pytest.raises(ValueError, match="^which"):
+        sweep.floor_values("best")
 
 
-def test_plateau_rule_and_settings_validation():
-    assert exp.plateaued([5, 4, 3.0, 3.0, 2.99, 2.98])
-    assert not exp.plateaued([5, 4, 3, 2, 1, 0.5]) and not exp.plateaued([1, 1, 1])
-    for changes, message in [({"probe_at": (2, 1)}, r"probe_at: expected increasing"),
-                             ({"probe_at": (-1, 2)}, r"probe_at: expected every value >= 0"),
+def test_settings_validation():
+    for changes, message in [({"steps": (20, 10)}, r"steps: expected increasing"),
+                             ({"steps": (12,)}, r"steps_per_round: expected a divisor"),
                              ({"dim": 0}, r"dim: expected >= 1"),
                              ({"patch": 5}, r"patch: expected a divisor of 32"),
+                             ({"zoom": 5}, r"zoom: a digit of 40 pixels"),
                              ({"seeds": ()}, r"seeds: expected at least one value"),
                              ({"head_settings": ("0", "most")}, r"head_settings: .*'most'")]:
         with pytest.raises(ValueError, match=r"DenseSettings\." + message):
             tiny(**changes)
-    assert exp.DenseSettings.from_profile().steps[-1] > 0
 
 
-def test_profiles_cpu_three_seeds_reference_the_rules_five(monkeypatch):
+def test_profiles_cpu_is_small_reference_runs_the_rules_confirmatory_seeds(monkeypatch):
+    from ddcl_theory.ledger.rules import RULES
     from ddcl_theory.runtime import profile
+    from ddcl_theory.runtime.settings import confirmatory_seeds
     monkeypatch.setenv(profile.PROFILE_ENV, "cpu")
     cpu = exp.DenseSettings.from_profile()
     assert cpu == exp.DenseSettings()                       # the defaults are the cpu values
     monkeypatch.setenv(profile.PROFILE_ENV, "reference")
     ref = exp.DenseSettings.from_profile()
-    assert cpu.seeds == (0, 1, 2) and cpu.n_train == 384
-    # the settings the committed reference results were computed with
-    assert ref.seeds == (0, 1, 2, 3, 4) and ref.n_train == 1024 and ref.probe_steps == 200
+    assert all(seed < 1000 for seed in cpu.seeds)
+    assert ref.seeds == confirmatory_seeds(RULES["L10"].n_seeds)
+    assert exp.REFERENCE_SEEDS == RULES["L10"].n_seeds
+    assert ref.steps[-1] > cpu.steps[-1] and ref.threads == 1

@@ -1,4 +1,6 @@
-"""ddcl_theory.ledger.decisions.dense_features: the L10 rule on hand-built sweeps."""
+"""ddcl_theory.ledger.decisions.dense_features: the L10 rule on hand-built sweeps, on every side
+of it (reproduced; not reproduced by a wrong sign and by a negligible effect; inconclusive; a
+failed gate; too few seeds)."""
 from __future__ import annotations
 
 import math
@@ -6,83 +8,137 @@ from types import SimpleNamespace as NS
 
 import numpy as np
 import pytest
-from scipy import stats
 
+from ddcl_theory.ledger.claims import rule_of
 from ddcl_theory.ledger.decisions import dense_features as dec
+from ddcl_theory.ledger.rules import L10_MIOU_SESOI, L10_SETTLED, RULES
 
-SETTINGS = NS(seeds=(0, 1, 2, 3, 4), steps=(0, 100, 200), n_train=384, dim=32, depth=2, heads=4)
-
-
-def run(setting, seed, miou, acc=0.3, untrained=0.05, plateau=True, ent=2.0, mean_ent=3.5,
-        rank=20.0):
-    scores = (NS(miou=untrained, image_acc=0.1), NS(miou=(untrained + miou) / 2, image_acc=acc),
-              NS(miou=miou, image_acc=acc))
-    return NS(setting=setting, seed=seed, scores=scores, plateau=plateau, teacher_entropy=ent,
-              teacher_mean_entropy=mean_ent, effective_rank=rank)
+N = RULES["L10"].n_seeds
+STEPS = (100, 200)
+# zero-mean wiggles, one per seed, so each paired interval has a finite width
+WIGGLE = np.tile([0.004, -0.004, 0.002, -0.002, 0.0], 20)
 
 
-def sweep(lap_gain, acc_gain=0.02, n=5, **kw):
-    noise = [0.001, -0.002, 0.0015, -0.001, 0.0005, 0.0, 0.001][:n]
-    runs = []
+class Sweep:
+    """The fields of a DenseSweep that the decision reads."""
+
+    def __init__(self, runs, floors, n):
+        self.settings = NS(seeds=tuple(range(n)), steps=STEPS, n_train=1024, dim=32, depth=2,
+                           heads=4, head_settings=("0", "all"))
+        self.runs, self.floors = runs, floors
+        self.log_k, self.source = math.log(128), "cifar10"
+
+    def values(self, setting, field="miou", steps=None):
+        steps = steps or STEPS[-1]
+        return np.array([getattr(r.score, field) for r in sorted(self.runs, key=lambda r: r.seed)
+                         if r.setting == setting and r.steps == steps])
+
+    def floor_values(self, which, setting=None, field="miou"):
+        if which == "background":
+            return np.array([f["background"] for f in self.floors])
+        return np.array([f[which][setting][field] for f in self.floors])
+
+
+def sweep(acc_gain=0.03, fg_gain=0.03, n=N, untrained=0.40, settle_move=0.0, ent=2.0,
+          rank=10.0):
+    """``n`` paired seeds; the all-Laplacian arm gains ``acc_gain`` (image probe) and
+    ``fg_gain`` (foreground mIoU) over none at the longest run, half of that at the shorter."""
+    runs, floors = [], []
     for seed in range(n):
-        runs.append(run("0", seed, 0.30 + 0.01 * seed, acc=0.3, **kw))
-        runs.append(run("all", seed, 0.30 + 0.01 * seed + lap_gain + noise[seed],
-                        acc=0.3 + acc_gain + noise[seed], **kw))
-    return NS(settings=NS(**{**SETTINGS.__dict__, "seeds": tuple(range(n))}), runs=runs,
-              raw=NS(miou=0.06), log_k=math.log(64), source="cifar10")
+        base_fg, base_acc = 0.48 + 0.01 * (seed % 3), 0.20 + 0.01 * (seed % 4)
+        for steps, share in zip(STEPS, (0.5, 1.0)):
+            for setting, on in (("0", 0.0), ("all", 1.0)):
+                fg = base_fg + on * share * (fg_gain + WIGGLE[seed])
+                score = NS(image_acc=base_acc + on * share * (acc_gain + WIGGLE[seed]),
+                           fg_miou=fg, val_fg_miou=fg, miou=0.056 + on * 0.001 * WIGGLE[seed])
+                runs.append(NS(setting=setting, seed=seed, steps=steps, score=score,
+                               settle_val_fg_miou=fg - settle_move, teacher_entropy=ent,
+                               teacher_mean_entropy=3.5, effective_rank=rank))
+        floors.append({"background": 0.055,
+                       "untrained": {s: {"fg_miou": untrained + 0.005 * (seed % 2)}
+                                     for s in ("0", "all")},
+                       "ceiling": {s: {"miou": 0.09} for s in ("0", "all")}})
+    return Sweep(runs, floors, n)
 
 
-def test_a_clear_gain_on_both_probes_is_reproduced():
-    v = dec.decide_l10(sweep(0.02))
-    assert v.word == "reproduced" and v.interval[0] > 0 and v.n_seeds == 5
-    assert "32.27" in v.evidence and "proxy" in v.evidence
-    assert set(v.trend) == {"0", "100", "200"} and v.scale == "200 steps"
+def gate(v, name):
+    return next(g for g in v.gates if g.name == name)
+
+
+def test_a_clear_gain_on_both_tests_is_reproduced():
+    v = dec.decide_l10(sweep())
+    assert v.word == "reproduced" and v.n_seeds == N and v.interval[0] > 0
+    # the 11-class probe, decided beside, shows a negligible gain and does not move the word
+    assert [t.word for t in v.tests] == ["reproduced", "reproduced", "not reproduced"]
+    assert [t.binding for t in v.tests] == [True, True, False]
+    assert all(g.passed for g in v.gates) and len(v.gates) == 3
+    assert v.scale == "200 steps" and list(v.trend) == ["100 steps", "200 steps"]
+    est_short, est_long = v.trend["100 steps"][0], v.trend["200 steps"][0]
+    assert est_long == pytest.approx(0.03, abs=1e-3) and est_short == pytest.approx(0.015,
+                                                                                   abs=1e-3)
+    assert set(v.per_seed) == {t.statistic for t in rule_of("L10").all_tests}
+    assert all(len(x) == N for x in v.per_seed.values())
+    assert "32.27" in v.evidence and v.rule == rule_of("L10").text
+
+
+def test_the_interval_is_scipys_paired_t_of_the_differences():
+    from scipy import stats
+    s = sweep()
+    v = dec.decide_l10(s)
+    d = s.values("all", "fg_miou") - s.values("0", "fg_miou")
+    ci = stats.ttest_1samp(d, 0).confidence_interval(0.95)
+    assert v.tests[1].interval == pytest.approx([ci.low, ci.high])
+    assert v.per_seed[v.tests[1].statistic] == pytest.approx(d.tolist())
 
 
 def test_a_clear_loss_is_not_reproduced():
-    assert dec.decide_l10(sweep(-0.02)).word == "not reproduced"
-    assert dec.decide_l10(sweep(0.02, acc_gain=-0.05)).word == "not reproduced"
+    v = dec.decide_l10(sweep(fg_gain=-0.03))
+    assert v.word == "not reproduced" and v.tests[1].word == "not reproduced"
+    assert rule_of("L10").binding(v.tests) == 1 and v.interval[1] < 0
+    assert dec.decide_l10(sweep(acc_gain=-0.03)).word == "not reproduced"
 
 
-def test_no_difference_is_inconclusive():
-    v = dec.decide_l10(sweep(0.0))
-    assert v.word == "inconclusive" and v.interval[0] < 0 < v.interval[1]
+def test_a_real_but_negligible_gain_is_not_reproduced():
+    # a gain the interval shows above 0 but wholly below the SESOI: smaller than matters
+    v = dec.decide_l10(sweep(fg_gain=0.3 * L10_MIOU_SESOI))
+    assert v.tests[1].interval[0] > 0 and v.tests[1].interval[1] < L10_MIOU_SESOI
+    assert v.word == "not reproduced"
 
 
-def test_gates_make_it_inconclusive():
-    assert dec.decide_l10(sweep(0.02, plateau=False)).word == "inconclusive"
-    assert dec.decide_l10(sweep(0.02, n=4)).word == "inconclusive"
-    assert dec.decide_l10(sweep(0.02, ent=math.log(64))).word == "inconclusive"
-    floor = dec.decide_l10(sweep(0.02, untrained=0.9))
-    assert floor.word == "inconclusive" and "do not beat" in floor.evidence
-    # a mean a hair above each run's own untrained probe is not above the floor: the paired
-    # interval of trained - untrained must exclude 0
-    hair = dec.decide_l10(sweep(0.02, untrained=0.326))
-    assert hair.numbers["floor_interval"][0] < 0 < hair.numbers["floor_interval"][1]
-    assert hair.word == "inconclusive" and "cannot move" in hair.evidence
-    # above the floor with an interval that excludes 0, but by less than the smallest effect the
-    # Laplacian - standard comparison detects: the probe cannot show the effect either
-    thin = sweep(0.02)
-    for r in thin.runs:
-        r.scores = (NS(miou=r.scores[-1].miou - 0.001, image_acc=0.1),) + r.scores[1:]
-    v = dec.decide_l10(thin)
-    assert v.numbers["floor_interval"][0] > 0 and v.numbers["detectable"] > 0.001
-    assert v.word == "inconclusive" and "detectable margin" in v.evidence
-    assert dec.decide_l10(sweep(0.02)).numbers["above_floor"] is True     # the control
+def test_an_interval_holding_zero_and_the_sesoi_is_inconclusive():
+    s = sweep(fg_gain=0.005)
+    for r in s.runs:                                  # widen the spread of the differences
+        if r.setting == "all":
+            r.score.fg_miou += 6 * WIGGLE[r.seed]
+    v = dec.decide_l10(s)
+    low, high = v.tests[1].interval
+    assert low < 0 < L10_MIOU_SESOI < high
+    assert v.word == "inconclusive" and v.tests[1].seeds_needed > N
+
+
+def test_too_few_seeds_decide_nothing_beyond_inconclusive():
+    v = dec.decide_l10(sweep(n=N - 1))
+    assert [t.word for t in v.tests[:2]] == ["reproduced", "reproduced"]
+    assert v.word == "inconclusive" and f"the rule registers {N}" in v.evidence
+
+
+def test_each_failed_gate_makes_it_inconclusive():
+    collapsed = dec.decide_l10(sweep(ent=math.log(128)))
+    assert collapsed.word == "inconclusive" and not gate(collapsed, "no collapse").passed
+    unsettled = dec.decide_l10(sweep(settle_move=2 * L10_SETTLED))
+    assert unsettled.word == "inconclusive" and not gate(unsettled, "settled").passed
+    assert "longer schedule" in gate(unsettled, "settled").detail
+    floor = dec.decide_l10(sweep(untrained=0.48))            # trained = untrained in one arm
+    assert floor.word == "inconclusive"
+    assert not gate(floor, "above the untrained floor").passed
+    assert "a gate failed" in floor.evidence
+    # the intervals are still shown beside the failed gate
+    assert floor.tests[1].word == "reproduced"
 
 
 def test_collapse_checks():
-    ok = run("0", 0, 0.3)
+    ok = NS(teacher_entropy=2.0, teacher_mean_entropy=3.5, effective_rank=20.0)
     assert not dec.collapsed(ok, math.log(64))
-    assert dec.collapsed(run("0", 0, 0.3, mean_ent=0.1), math.log(64))
-    assert dec.collapsed(run("0", 0, 0.3, rank=1.5), math.log(64))
-
-
-def test_paired_interval_is_scipys_paired_t():
-    a, b = np.array([1.0, 2.0, 3.5, 4.0]), np.array([0.5, 2.0, 3.0, 3.0])
-    ci = stats.ttest_rel(a, b).confidence_interval(0.95)
-    assert dec.paired_interval(a, b) == pytest.approx((ci.low, ci.high))
-    assert dec.paired_interval(a + 1, a) == (1.0, 1.0)
-    with pytest.raises(ValueError, match="ours"):
-        dec.paired_interval(a[:1], b[:1])
-    assert dec.detectable_effect(a - b) > 0
+    assert dec.collapsed(NS(**{**ok.__dict__, "teacher_mean_entropy": 0.1}), math.log(64))
+    assert dec.collapsed(NS(**{**ok.__dict__, "effective_rank": 1.5}), math.log(64))
+    assert dec.collapsed(NS(**{**ok.__dict__, "teacher_entropy": 4.1}), math.log(64))
