@@ -1,6 +1,7 @@
-"""The character data and loss of the GPT study (L8, L9): ids over the sorted vocabulary, the
-90/10 split, windows with their next characters and the next-character loss. The study that
-trains the GPT is tested in test_experiments_laplacian_study."""
+"""The character data and loss of the language-model study (L9): ids over the sorted vocabulary,
+the 90/10 split, the validation split carved from the training text, windows with their next
+characters (tiling a text, or spread over it) and the next-character loss. The study that trains
+the GPT is tested in test_experiments_laplacian_lm."""
 from __future__ import annotations
 
 import math
@@ -46,3 +47,25 @@ def test_next_char_loss_is_the_models_loss_and_log_v_for_uniform_logits():
     assert torch.equal(lg.next_char_loss(model, x, y), model.loss(x, y))
     uniform = lg.next_char_loss(lambda t: torch.zeros(*t.shape, 11), x, y)
     assert float(uniform) == pytest.approx(math.log(11))
+
+
+def test_the_validation_split_is_the_end_of_the_training_text():
+    train, heldout, vocab, _ = lg.text_splits()
+    parts = lg.text_parts(0.05)
+    assert torch.equal(torch.cat([parts.train, parts.val]), train)
+    assert torch.equal(parts.heldout, heldout) and parts.vocab == vocab
+    assert len(parts.val) == int(0.05 * len(train))
+    with pytest.raises(ValueError, match="val_fraction"):
+        lg.text_parts(1.0)
+
+
+def test_tiling_windows_cover_a_text_once_and_spread_windows_span_it():
+    starts = lg.tiling_starts(100, 8)
+    assert starts.tolist() == list(range(0, 96, 8))       # 12 windows, the last ends at 96
+    assert int(starts[-1]) + 8 + 1 <= 100
+    spread = lg.spread_starts(100, 8, 5)
+    assert spread[0] == 0 and int(spread[-1]) == 100 - 8 - 1 and len(spread) == 5
+    with pytest.raises(ValueError, match="length, block"):
+        lg.tiling_starts(8, 8)
+    with pytest.raises(ValueError, match="length, block, n"):
+        lg.spread_starts(100, 8, 0)

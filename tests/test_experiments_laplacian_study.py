@@ -1,108 +1,109 @@
-"""The paired Laplacian-head studies (L6-L9): tiny runs are finite and reproducible, record a
-validation curve with a plateau flag and a point per checkpoint, and resume after a kill to the
-same numbers. The verdict rules are tested in test_ledger_decisions_laplacian_experiments."""
+"""The paired Laplacian-head study of a ViT (L6-L8): its three parts on tiny synthetic images
+(finite, reproducible, each run read at its validation optimum, resumable after a kill to the
+same numbers), its settings and their checks per profile. The verdict rules are tested in
+test_ledger_decisions_laplacian_experiments."""
 from __future__ import annotations
 
-import dataclasses
 import math
 
+import numpy as np
 import pytest
 
-from ddcl_theory.experiments import laplacian_gpt as lg
 from ddcl_theory.experiments import laplacian_study as ls
-from ddcl_theory.experiments import laplacian_vit as lv
 from ddcl_theory.runtime import profile
 from ddcl_theory.runtime.rundir import RunDir
+from ddcl_theory.runtime.settings import CONFIRMATORY_SEED_BASE
 
 from _killers import Killed, KilledAfter
+from _study_images import synthetic_images
 
 
-def tiny_vit(epochs=2, checkpoints=(1, 2)) -> ls.ViTStudySettings:
-    vit = lv.ViTSettings(n_train=64, n_test=60, dim=8, heads=2, depth=1, epochs=epochs,
-                         batch_size=32, seeds=(0,), head_settings=("0", "all"))
-    return ls.ViTStudySettings(vit=vit, n_val=32, checkpoints=checkpoints, n_train_eval=32)
+def tiny_vit(**changes) -> ls.ViTStudySettings:
+    base = dict(n_train=(40, 80), n_val=48, n_test=60, n_train_eval=30, patch=4, dim=8, depth=1,
+                heads=2, batch_size=16, epochs=8, patience=2, lr=3e-2,
+                head_settings=("0", "1", "all"), seeds=(0, 1),
+                terminal=ls.TerminalSettings(n_train=30, epochs=6, seeds=(0, 1)),
+                wide=ls.WidthSettings(dim=16, n_train=80, seeds=(0,)))
+    return ls.ViTStudySettings(**{**base, **changes})
 
 
-def tiny_gpt() -> ls.GPTStudySettings:
-    return ls.GPTStudySettings(block_size=8, dim=8, heads=4, depth=1, batch_size=8, steps=6,
-                               rounds=3, checkpoints=(1, 3), eval_windows=32, cdnv_min_count=2,
-                               seeds=(0,), l9_setting="2")
+@pytest.fixture(scope="module")
+def vit_study():
+    return ls.run_vit(tiny_vit(), synthetic_images())
 
 
-def test_tiny_vit_study_is_finite_reproducible_and_measured_at_each_checkpoint():
-    a, b = ls.run_vit(tiny_vit()), ls.run_vit(tiny_vit())
-    assert a.runs == b.runs
-    assert a.settings.scales == ("1 ep", "2 ep")
-    for r in a.runs:
-        assert len(r.curve) == 2 and len(r.train_curve) == 2
-        assert [p.epoch for p in r.points] == [1, 2]
-        assert r.final.val_loss == r.curve[-1]
-        for p in r.points:
-            assert 0 <= p.test_acc <= 1 and 0 <= p.train_acc <= 1 and 1 <= p.k99 <= 8
-            assert 1.0 <= p.pr <= 8.0 and 1.0 <= p.pr_stream <= 8.0
-            assert all(math.isfinite(v) for v in (p.nc1, p.nc1_train, p.within_seq))
-        assert r.plateau is False                  # two rounds cannot show a plateau
-    assert a.counts() == {"0": 0, "all": 2}
-    assert a.values("all", "test_acc").shape == (1,)
+def test_tiny_vit_study_runs_every_part_and_is_reproducible(vit_study):
+    s = vit_study.settings
+    assert ls.run_vit(tiny_vit(), synthetic_images()).runs == vit_study.runs
+    parts = {(r.part, r.n_train, r.dim, r.setting) for r in vit_study.runs}
+    assert parts == ({("sweep", n, 8, h) for n in (40, 80) for h in ("0", "1", "all")}
+                     | {("terminal", 30, 8, h) for h in ("0", "all")}
+                     | {("wide", 80, 16, h) for h in ("0", "all")})
+    assert [r.seed for r in vit_study.by("1", n_train=40)] == [0, 1]
+    assert vit_study.counts() == {"0": 0, "1": 1, "all": 2}
+    assert vit_study.values("eval_acc", "all").shape == (2,)
+    assert vit_study.values("final.within_sequence", "0", part="wide").shape == (1,)
+    assert s.scales == ("40 images", "80 images")
 
 
-def test_tiny_gpt_study_is_finite_reproducible_and_starts_untrained():
-    a, b = ls.run_gpt(tiny_gpt()), ls.run_gpt(tiny_gpt())
-    assert a.runs == b.runs
-    assert a.settings.head_settings == ("0", "2") and a.settings.scales == ("2 steps", "6 steps")
-    for r in a.runs:
-        assert [p.step for p in r.points] == [0, 2, 4, 6] and len(r.curve) == 3
-        assert all(math.isfinite(p.val_loss) and p.cdnv > 0 and p.pr >= 1 for p in r.points)
-        assert r.points[0].val_loss == pytest.approx(math.log(a.vocab_size), rel=0.1)
+def test_each_run_is_read_at_its_optimum_and_measured_on_the_pool(vit_study):
+    for r in vit_study.runs:
+        assert 1 <= r.best_epoch <= r.epochs_run == len(r.train_loss) <= r.epochs
+        if r.part == "terminal":                 # no early stopping: validated at the end
+            assert r.patience is None and r.best_epoch == r.epochs_run == 6
+            assert len(r.val_loss) == len(r.val_acc) == 1 and not r.past_optimum
+        else:
+            assert len(r.val_loss) == len(r.val_acc) == r.epochs_run
+            assert r.best_epoch == int(np.argmin(r.val_loss)) + 1
+            assert r.past_optimum == (r.epochs_run - r.best_epoch >= 2)
+        assert r.correct_items.shape == (60,) and r.eval_acc == r.correct_items.mean()
+        assert 0 <= r.train_acc <= 1 and 1 <= r.k99 <= r.dim and 1 <= r.pr <= r.dim
+        assert len(r.stream) == 1                   # one block
+        for split in (*r.stream, r.final):
+            assert split.total == pytest.approx(split.within_sequence + split.within_class
+                                                + split.between_class, rel=1e-9)
+        assert all(math.isfinite(v) for v in (r.nc1, r.nc1_train, r.etf_gap_train))
 
 
-def test_a_killed_vit_study_run_resumes_to_the_same_numbers(tmp_path):
-    s = tiny_vit(epochs=4, checkpoints=(2, 4))
-    *tensors, _, classes = ls._vit_tensors(s)
-    whole = ls.train_vit_run(s, "all", 0, tuple(tensors), classes, "cpu")
+def test_a_killed_vit_stack_resumes_to_the_same_runs(tmp_path):
+    s = tiny_vit()
+    images = synthetic_images()
+    args = (s, images, "sweep", 40, 8, "all", (0, 1), "cpu")
+    whole = ls.train_vit_stack_runs(*args)
     with pytest.raises(Killed):
-        ls.train_vit_run(s, "all", 0, tuple(tensors), classes, "cpu",
-                         KilledAfter("study-test", s, root=tmp_path, enabled=True, saves=3))
+        ls.train_vit_stack_runs(*args, KilledAfter("study-test", s, root=tmp_path, enabled=True,
+                                                   saves=2))
     run = RunDir("study-test", s, root=tmp_path, enabled=True)
-    assert ls.train_vit_run(s, "all", 0, tuple(tensors), classes, "cpu", run) == whole
-
-
-def test_a_killed_gpt_study_run_resumes_to_the_same_numbers(tmp_path):
-    s = tiny_gpt()
-    train_ids, val_ids, vocab, _ = lg.text_splits()
-    args = (s, "2", 0, train_ids, val_ids, len(vocab), "cpu")
-    whole = ls.train_gpt_run(*args)
-    with pytest.raises(Killed):
-        ls.train_gpt_run(*args, KilledAfter("gpt-study", s, root=tmp_path, enabled=True,
-                                            saves=1))
-    assert ls.train_gpt_run(*args, RunDir("gpt-study", s, root=tmp_path,
-                                          enabled=True)) == whole
+    assert ls.train_vit_stack_runs(*args, run) == whole
+    with pytest.raises(ValueError, match="part"):
+        ls.train_vit_stack_runs(s, images, "long", 40, 8, "all", (0,), "cpu")
 
 
 def test_settings_validation():
-    with pytest.raises(ValueError, match=r"ViTStudySettings\.checkpoints"):
-        tiny_vit(epochs=2, checkpoints=(1,))
-    with pytest.raises(ValueError, match=r"ViTStudySettings\.vit\.head_settings"):
-        ls.ViTStudySettings(vit=lv.ViTSettings(head_settings=("1", "all")))
-    with pytest.raises(ValueError, match=r"ViTStudySettings\.n_val: expected >= 1"):
-        dataclasses.replace(tiny_vit(), n_val=0)
-    with pytest.raises(ValueError, match=r"GPTStudySettings\.checkpoints"):
-        dataclasses.replace(tiny_gpt(), checkpoints=(3, 1))
-    with pytest.raises(ValueError, match=r"GPTStudySettings\.rounds"):
-        dataclasses.replace(tiny_gpt(), steps=7)
-    with pytest.raises(ValueError, match=r"GPTStudySettings\.l9_setting"):
-        dataclasses.replace(tiny_gpt(), l9_setting="9")
-    with pytest.raises(ValueError, match=r"GPTStudySettings\.seeds"):
-        dataclasses.replace(tiny_gpt(), seeds=())
+    with pytest.raises(ValueError, match=r"ViTStudySettings\.n_train: expected increasing"):
+        tiny_vit(n_train=(80, 40))
+    with pytest.raises(ValueError, match=r"ViTStudySettings\.head_settings: expected \('0', "
+                                         r"'all'\)"):
+        tiny_vit(head_settings=("0", "1"))
+    with pytest.raises(ValueError, match=r"ViTStudySettings\.head_settings: .*heads=2"):
+        tiny_vit(head_settings=("0", "3", "all"))
+    with pytest.raises(ValueError, match=r"ViTStudySettings\.wide\.n_train: expected one of"):
+        tiny_vit(wide=ls.WidthSettings(dim=16, n_train=60, seeds=(0,)))
+    with pytest.raises(ValueError, match=r"ViTStudySettings\.wide\.dim: expected a multiple"):
+        tiny_vit(wide=ls.WidthSettings(dim=15, n_train=80, seeds=(0,)))
+    with pytest.raises(ValueError, match=r"ViTStudySettings\.n_test: expected a multiple"):
+        tiny_vit(n_test=55)
+    with pytest.raises(ValueError, match=r"ViTStudySettings\.patience: expected >= 1"):
+        tiny_vit(patience=0)
 
 
-def test_the_reference_profile_lengthens_the_runs_and_pairs_five_seeds(monkeypatch):
+def test_the_reference_profile_scales_the_images_and_uses_confirmatory_seeds(monkeypatch):
     monkeypatch.setenv(profile.PROFILE_ENV, "cpu")
     assert ls.ViTStudySettings.from_profile() == ls.ViTStudySettings()
-    assert ls.GPTStudySettings.from_profile() == ls.GPTStudySettings()
+    assert max(ls.ViTStudySettings().seeds) < CONFIRMATORY_SEED_BASE
     monkeypatch.setenv(profile.PROFILE_ENV, "reference")
-    vit, gpt = ls.ViTStudySettings.from_profile(), ls.GPTStudySettings.from_profile()
-    assert (vit.vit.epochs, vit.vit.seeds, vit.checkpoints) == (20, (0, 1, 2, 3, 4), (5, 10, 20))
-    assert vit.vit.dim == lv.ViTSettings().dim                  # the cpu model, trained longer
-    assert (gpt.steps, gpt.seeds, gpt.scales) == (600, (0, 1, 2, 3, 4),
-                                                  ("150 steps", "300 steps", "600 steps"))
+    vit = ls.ViTStudySettings.from_profile()
+    assert vit.n_train == (1000, 3000, 9000) and vit.n_test == 10_000
+    assert vit.dim == ls.ViTStudySettings().dim and vit.wide.dim >= 128
+    for seeds in (vit.seeds, vit.terminal.seeds, vit.wide.seeds):
+        assert min(seeds) >= CONFIRMATORY_SEED_BASE and len(seeds) >= 5

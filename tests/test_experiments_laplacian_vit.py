@@ -1,11 +1,13 @@
 """The ViT of the Laplacian-head studies (L6-L8): its settings per profile and their checks, its
 normalised patches, its one training path (reproducible, resumable after a kill to the same
-numbers) and the sign balance of its ordinary and Laplacian heads. The studies that train it are
-tested in test_experiments_laplacian_study and test_experiments_laplacian_readout."""
+numbers) and the sign balance of its ordinary and Laplacian heads; the head-count study's images
+and its stacked training to each seed's validation optimum. The studies that train it are tested
+in test_experiments_laplacian_study and test_experiments_laplacian_readout."""
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -16,6 +18,7 @@ from ddcl_theory.runtime import profile
 from ddcl_theory.runtime.rundir import RunDir
 
 from _killers import Killed, KilledAfter
+from _study_images import synthetic_images
 
 
 def tiny_vit(**changes) -> lv.ViTSettings:
@@ -109,3 +112,85 @@ def test_the_cpu_values_are_the_defaults_and_the_smoke_test_shrinks_only_the_bud
 def test_settings_name_the_field_that_is_out_of_range(changes, message):
     with pytest.raises(ValueError, match=message):
         tiny_vit(**changes)
+
+
+# ------------------------------------------------------------------ the head-count study's path
+def test_study_patches_standardise_by_the_training_images_only():
+    images = synthetic_images()
+    t = lv.study_patches(images, 40, 4)
+    assert t["x_fit"].shape == (40, 4, 48) and t["x_val"].shape == (48, 4, 48)
+    assert t["x_eval"].shape == (60, 4, 48) and t["y_eval"].dtype == torch.int64
+    assert abs(float(t["x_fit"].double().mean())) < 1e-5
+    assert float(t["x_fit"].double().std()) == pytest.approx(1.0, abs=1e-2)
+    assert abs(float(t["x_val"].double().mean())) > 1e-3          # not its own statistics
+    with pytest.raises(ValueError, match=r"n_train: expected 0 < n_train <= 96"):
+        lv.study_patches(images, 97, 4)
+    with pytest.raises(ValueError, match="x_val, y_val"):
+        lv.StudyImages(images.x_fit, images.y_fit, images.x_val, images.y_val[:3],
+                       images.x_eval, images.y_eval, "synthetic", 10)
+
+
+def _stack_inputs(dtype=torch.float32):
+    t = lv.study_patches(synthetic_images(), 64, 4)
+    return [t[k].to(dtype) if t[k].is_floating_point() else t[k]
+            for k in ("x_fit", "y_fit", "x_val", "y_val")]
+
+
+def _make(dtype=torch.float32, laplacian_heads=1):
+    return lambda _seed: ViT(4, 48, 10, dim=8, depth=1, heads=2,
+                             laplacian_heads=laplacian_heads).to(dtype)
+
+
+def _train_stack(seeds=(3, 7), patience=2, epochs=12, lr=3e-2, dtype=torch.float32, run=None):
+    x, y, xv, yv = _stack_inputs(dtype)
+    return lv.train_vit_stack(_make(dtype), seeds, x, y, xv, yv, "cpu", epochs=epochs, lr=lr,
+                              weight_decay=0.0, batch_size=16, patience=patience, run=run,
+                              name="stack-test")
+
+
+def _val_loss(model, dtype=torch.float32) -> float:
+    _, _, xv, yv = _stack_inputs(dtype)
+    with torch.no_grad():
+        return float(torch.nn.functional.cross_entropy(model(xv), yv))
+
+
+def test_early_stopping_reads_each_seed_at_its_lowest_validation_loss():
+    models, log = _train_stack()
+    assert log.val_loss.shape == log.val_acc.shape == log.train_loss.shape
+    assert log.epochs_run < 12                     # every seed passed its optimum: stopped
+    for i, model in enumerate(models):
+        best = int(log.best_epoch[i])
+        assert best == int(np.argmin(log.val_loss[:, i])) + 1
+        assert log.epochs_run - best >= 2          # waited the patience before the stop
+        assert _val_loss(model) == pytest.approx(log.val_loss[best - 1, i], rel=1e-5)
+    assert not np.allclose(log.val_loss[:, 0], log.val_loss[:, 1])     # two seeds, two runs
+
+
+def test_without_patience_every_seed_is_read_at_the_end_of_its_schedule():
+    models, log = _train_stack(patience=None, epochs=3)
+    assert log.epochs_run == 3 and log.best_epoch.tolist() == [3, 3]
+    assert log.val_loss.shape == log.val_acc.shape == (1, 2)         # validated at the end
+    assert _val_loss(models[1]) == pytest.approx(log.val_loss[-1, 1], rel=1e-5)
+    with pytest.raises(ValueError, match="patience"):
+        _train_stack(patience=0)
+
+
+def test_a_seed_trains_in_a_stack_as_it_trains_alone():
+    _, both = _train_stack(seeds=(3, 7), dtype=torch.float64, patience=None, epochs=3)
+    _, alone = _train_stack(seeds=(7,), dtype=torch.float64, patience=None, epochs=3)
+    np.testing.assert_allclose(both.val_loss[:, 1], alone.val_loss[:, 0], rtol=1e-9)
+    np.testing.assert_allclose(both.train_loss[:, 1], alone.train_loss[:, 0], rtol=1e-9)
+
+
+def test_a_killed_stack_resumes_to_the_same_numbers(tmp_path):
+    models, log = _train_stack()
+    with pytest.raises(Killed):
+        _train_stack(run=KilledAfter("stack-test", tiny_vit(), root=tmp_path, enabled=True,
+                                     saves=2))
+    run = RunDir("stack-test", tiny_vit(), root=tmp_path, enabled=True)
+    resumed, resumed_log = _train_stack(run=run)
+    np.testing.assert_array_equal(resumed_log.val_loss, log.val_loss)
+    np.testing.assert_array_equal(resumed_log.best_epoch, log.best_epoch)
+    for a, b in zip(models, resumed):
+        for pa, pb in zip(a.parameters(), b.parameters()):
+            assert torch.equal(pa, pb)

@@ -30,12 +30,13 @@ BUDGET_FIELDS = {"epochs", "steps", "seeds", "repeats", "warmup", "n_temperature
                  "steps_per_round", "long_epochs", "shorter_epochs", "trend_seeds", "starts",
                  "patience", "scales", "documents", "grid_taus", "grid_lrs", "grid_ks",
                  "grid_heads", "grid_second_k", "probe_cs", "tune_lrs",
-                 "tune_temperature_factors", "probe_steps"}
+                 "tune_temperature_factors", "probe_steps", "heldout_chars"}
 #: Budgets that are schedules (the epochs or rounds at which a run is read): a smoke run's ends
 #: earlier and has no more positions (it need not be a subset of the paper's).
 SCHEDULE_FIELDS = {"checkpoints", "probe_at"}
 
 
+SIZE_NONE_MEANS_ALL = {"heldout_chars"}
 SIZE_ZERO_MEANS_ALL = {"sst2_train", "imdb_train", "imdb_test", "ng_train", "ng_test",
                        "documents"}
 
@@ -85,6 +86,8 @@ def test_smoke_changes_only_budget_fields(entry, monkeypatch):
                 len(little) == len(big) and max(little) < max(big)), (entry.name, name)
         elif dataclasses.is_dataclass(big):
             continue                           # nested settings: checked as their own entry
+        elif big is None and name in SIZE_NONE_MEANS_ALL:
+            assert little > 0, (entry.name, name)   # None = the whole text; the smoke run a part
         elif big == 0 and name in SIZE_ZERO_MEANS_ALL:
             assert little > 0, (entry.name, name)   # 0 = every row; the smoke run takes a few
         else:

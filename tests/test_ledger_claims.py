@@ -235,47 +235,6 @@ def test_record_keeps_tests_gates_and_phase_and_save_writes_the_per_seed_values(
         claims.phase_of("gpu")
 
 
-def test_a_rule_combines_its_tests_by_rule_4():
-    rule = claims.RULES["D9"]
-    assert rule.combine(["reproduced", "reproduced"]) == "reproduced"
-    assert rule.combine(["reproduced", "not reproduced"]) == "not reproduced"
-    assert rule.combine(["inconclusive", "reproduced"]) == "inconclusive"
-    with pytest.raises(ValueError, match="words"):
-        rule.combine(["reproduced"])
-    with pytest.raises(ValueError, match="words"):
-        rule.combine(["maybe", "reproduced"])
-
-
-def test_rules_and_tests_check_their_fields():
-    test = claims.Test("acc difference", ">")
-    with pytest.raises(ValueError, match="side"):
-        claims.Test("x", ">=")
-    with pytest.raises(ValueError, match="method"):
-        claims.Test("x", ">", method="z test")
-    with pytest.raises(ValueError, match="design"):
-        claims.Test("x", ">", design="crossed")
-    with pytest.raises(ValueError, match="n_seeds"):
-        claims.Rule((test,), n_seeds=3, scales="steps")
-    with pytest.raises(ValueError, match="tests"):
-        claims.Rule((), n_seeds=5, scales="steps")
-    early = claims.Rule((test,), n_seeds=5, scales="epochs", early=True)
-    assert "plateau" not in early.text and "plateau" in claims.RULES["D9"].text
-
-
-def test_a_rule_decides_from_intervals_of_the_methods_it_names():
-    from ddcl_theory.ledger import stats
-    rule = claims.RULES["D13"]                        # one paired test, > 0, 10 seeds
-    up = stats.paired_t([0.8 + 0.01 * i for i in range(10)], [0.7] * 10)
-    assert rule.decide([up]) == "reproduced"
-    down = stats.paired_t([0.6 + 0.013 * i for i in range(10)],
-                          [0.7 + 0.01 * i for i in range(10)])
-    assert rule.decide([down]) == "not reproduced"
-    with pytest.raises(ValueError, match="paired t"):
-        rule.decide([stats.one_sample_t([0.1 * i for i in range(10)])])
-    # fewer seeds than the rule asks: at best inconclusive, however clear the interval
-    assert rule.decide([stats.paired_t([0.8, 0.9, 1.0], [0.7, 0.7, 0.7])]) == "inconclusive"
-
-
 def test_ledger_table_with_reference_and_paper_columns_parses(tmp_path, book_roles):
     from docutils import nodes
 
@@ -302,18 +261,6 @@ def test_ledger_table_with_reference_and_paper_columns_parses(tmp_path, book_rol
     entries = _parse_myst(claims.ledger_entries_markdown(ledger)).astext()
     assert "Evidence of record (paper run)" in entries and "Rule." in entries
     assert "Reference run: reproduced" in entries and "cpu run (exploratory): qualified" in entries
-
-
-def test_first_edition_binding_names_the_test_that_decides_the_word():
-    from ddcl_theory.ledger.stats import Interval
-    rule = claims.RULES["L7"]              # the first edition's three paired tests: <0, >0, <0
-    iv = lambda lo, hi: Interval((lo + hi) / 2, lo, hi, 5, "paired t")  # noqa: E731
-    assert rule.binding([iv(-2, -1), iv(1, 2), iv(-2, -1)]) == 0        # all reproduced
-    assert rule.binding([iv(-2, -1), iv(-1, 1), iv(-2, 1)]) == 1        # first straddling
-    assert rule.binding([iv(-2, 1), iv(1, 2), iv(1, 2)]) == 2           # excludes beats straddles
-    assert rule.decide([iv(-2, 1), iv(1, 2), iv(1, 2)]) == "not reproduced"
-    with pytest.raises(ValueError, match="intervals"):
-        rule.binding([iv(0, 1)])
 
 
 def test_chapter_summary_links_each_claim_to_its_section_with_word_and_value():

@@ -1,154 +1,192 @@
-"""ddcl_theory.ledger.decisions.laplacian_experiments: the registry's rules of L6-L9 on hand-built
-studies (paired seeds, checkpoints, plateau flags), one case per verdict word and gate."""
+"""ddcl_theory.ledger.decisions.laplacian_experiments: the registered rules of L6-L8 on hand-built
+ViT studies (every side of each rule: reproduced, not reproduced for a wrong sign and for a
+negligible effect, inconclusive, a failed gate, too few seeds)."""
 from __future__ import annotations
 
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
+from ddcl_theory.experiments import laplacian_study as ls
 from ddcl_theory.ledger.claims import rule_of
 from ddcl_theory.ledger.decisions import laplacian_experiments as dec
+from ddcl_theory.metrics.geometry import AnovaSplit
 
-SETTINGS = ("0", "1", "half", "all")
+N_EVAL = 1000
 COUNTS = {"0": 0, "1": 1, "half": 2, "all": 4}
-NOISE = np.array([0.0, 0.01, -0.01, 0.005, -0.005])       # per seed, mean 0
 
 
-def vit_study(n_seeds=5, plateau=True, curve=(1.2, 1.0, 0.95, 0.94), **fields):
-    """A ViT study with two checkpoints; ``fields[name] = {setting: value}`` sets a ViTPoint
-    field at both checkpoints (plus a per-seed wiggle); unspecified fields are 0.5."""
-    def point(s, i):
-        values = {f: v.get(s, v.get("*", 0.5)) + NOISE[i] * abs(v.get(s, 0.5))
-                  for f, v in fields.items()}
-        base = dict(test_acc=0.5, within_seq=0.5, between_class=0.5, nc1=0.5, pr=10.0,
-                    pr_stream=10.0, k99=20, train_acc=0.9, nc1_train=1.0, val_loss=1.0)
-        base.update(values)
-        return SimpleNamespace(**base)
-
-    runs = [SimpleNamespace(setting=s, seed=i, laplacian_heads=COUNTS[s],
-                            plateau=plateau if not callable(plateau) else plateau(s, i),
-                            curve=curve,
-                            points=(point(s, i), point(s, i)))
-            for s in SETTINGS for i in range(n_seeds)]
-    vit = SimpleNamespace(dim=32, depth=2, heads=4, n_train=100, seeds=tuple(range(n_seeds)),
-                          head_settings=SETTINGS)
-    settings = SimpleNamespace(vit=vit, checkpoints=(2, 4), scales=("2 ep", "4 ep"))
-    return SimpleNamespace(
-        settings=settings, runs=runs, source="test",
-        by=lambda s: sorted((r for r in runs if r.setting == s), key=lambda r: r.seed),
-        counts=lambda: dict(COUNTS))
+def _wiggle(seed: int, size: float) -> float:
+    """A deterministic per-seed wiggle of sd about ``size`` (mean about 0 over the seeds)."""
+    return size * np.sqrt(2) * np.sin(2.1 * seed + 0.3)
 
 
-def test_l6_words_and_fields():
-    rising = {s: 0.30 + 0.02 * COUNTS[s] for s in SETTINGS}
-    v = dec.decide_l6(vit_study(test_acc=rising))
-    assert (v.claim, v.word, v.n_seeds) == ("L6", "reproduced", 5)
+def _settings(n_seeds: int) -> ls.ViTStudySettings:
+    seeds = tuple(range(n_seeds))
+    return ls.ViTStudySettings(
+        n_train=(100, 300), n_val=50, n_test=N_EVAL, n_train_eval=50, dim=8, heads=4,
+        epochs=30, patience=3, seeds=seeds,
+        terminal=ls.TerminalSettings(n_train=50, epochs=40, seeds=seeds),
+        wide=ls.WidthSettings(dim=16, n_train=300, seeds=seeds))
+
+
+def _run(st, part, n_train, dim, setting, seed, *, acc, within, between, nc1, k99, cut,
+         train_acc, noise):
+    heads = COUNTS[setting]
+    w = _wiggle(seed + 5 * heads, noise)                # each arm its own wiggle
+    a = acc(n_train, heads) + w / 10
+    hits = int(round(a * N_EVAL))
+    correct = np.zeros(N_EVAL, dtype=np.uint8)
+    correct[(np.arange(hits) + 37 * seed + 11 * heads) % N_EVAL] = 1
+    pick = {k: v.get(setting, v["0"]) for k, v in
+            dict(within=within, between=between, nc1=nc1, k99=k99).items()}
+    final = AnovaSplit(total=4.0, within_sequence=pick["within"] * (1 + w),
+                       between_sequence=2.0, within_class=1.0,
+                       between_class=pick["between"] * (1 + w))
+    stream = AnovaSplit(total=8.0, within_sequence=3.0 * (1 + w), between_sequence=5.0,
+                        within_class=2.0, between_class=3.0 * (1 + w))
+    epochs = st.terminal.epochs if part == "terminal" else st.epochs
+    best = epochs if (part, n_train, dim, setting, seed) in cut else 10
+    length = epochs if best == epochs else best + st.patience
+    return ls.ViTRun(
+        part=part, n_train=n_train, dim=dim, setting=setting, laplacian_heads=heads, seed=seed,
+        val_loss=(1.0,) * length, val_acc=(0.5,) * length, train_loss=(1.0,) * length,
+        best_epoch=best, epochs=epochs, patience=None if part == "terminal" else st.patience,
+        eval_acc=hits / N_EVAL, train_acc=train_acc if part == "terminal" else 0.8,
+        nc1_train=pick["nc1"] * (1 + w), etf_gap_train=0.1, stream=(stream, stream),
+        final=final, nc1=pick["nc1"] * (1 + w), k99=int(round(pick["k99"] * (1 + w))),
+        pr=10.0 * (1 + w), k99_stream=pick["k99"], pr_stream=12.0,
+        correct=np.packbits(correct).tobytes(), n_eval=N_EVAL)
+
+
+def study(n_seeds: int | None = None, *, acc=lambda n, h: 0.5, within=None, between=None,
+          nc1=None, k99=None, cut=(), train_acc=1.0, noise=0.01) -> ls.ViTStudy:
+    """A study of the rules' seeds (default) whose fields follow the given values: ``acc(n, h)``
+    the accuracy at n images and h Laplacian heads; ``within``, ``between``, ``nc1``, ``k99``
+    per head setting (0 and all); ``cut``: (part, n, dim, setting, seed) of runs that reached
+    the cap; ``noise``: the per-seed relative wiggle."""
+    n_seeds = n_seeds or max(rule_of(c).n_seeds for c in ("L6", "L7", "L8"))
+    st = _settings(n_seeds)
+    fields = dict(acc=acc, within=within or {"0": 1.0, "all": 1.0},
+                  between=between or {"0": 1.0, "all": 1.0}, nc1=nc1 or {"0": 1.0, "all": 1.0},
+                  k99=k99 or {"0": 100, "all": 100}, cut=cut, train_acc=train_acc, noise=noise)
+    jobs = [("sweep", n, st.dim, s) for n in st.n_train for s in st.head_settings]
+    jobs += [(p, n, d, s) for p, n, d in (("terminal", st.terminal.n_train, st.dim),
+                                          ("wide", st.wide.n_train, st.wide.dim))
+             for s in ("0", "all")]
+    runs = [_run(st, *job, seed, **fields) for job in jobs for seed in st.seeds]
+    return ls.ViTStudy(st, runs, "test", 10, 16)
+
+
+def rising(per_head):
+    return lambda n, h: 0.5 + per_head * h
+
+
+# ------------------------------------------------------------------------------------- L6
+def test_l6_is_reproduced_when_accuracy_rises_by_more_than_the_sesoi():
+    v = dec.decide_l6(study(acc=rising(0.005)))              # +2 points with all 4 heads
+    assert (v.claim, v.word) == ("L6", "reproduced")
     assert v.rule == rule_of("L6").text and v.interval[0] > 0
-    assert list(v.trend) == ["2 ep", "4 ep"] and len(v.trend["4 ep"]) == 3
-    assert v.numbers["slope"][0] == pytest.approx(0.02, rel=0.2)
-    assert "smallest detectable" in v.evidence and "82.32" in v.evidence
-    falling = {s: 0.40 - 0.02 * COUNTS[s] for s in SETTINGS}
-    assert dec.decide_l6(vit_study(test_acc=falling)).word == "not reproduced"
-    flat = dec.decide_l6(vit_study(test_acc={"*": 0.4}))
-    assert flat.word in ("inconclusive", "not reproduced")
+    assert [t.word for t in v.tests] == ["reproduced", "reproduced"]
+    assert list(v.trend) == ["100 images", "300 images"]
+    assert v.tests[1].estimate == pytest.approx(0.005, abs=5e-4)
+    assert set(v.per_seed) == {t.statistic for t in rule_of("L6").tests}
+    assert all(len(x) == v.n_seeds for x in v.per_seed.values())
+    assert "82.32" in v.evidence and v.gates[0].passed
 
 
-def test_l6_gates_plateau_and_seeds():
-    rising = {s: 0.30 + 0.02 * COUNTS[s] for s in SETTINGS}
-    v = dec.decide_l6(vit_study(test_acc=rising, plateau=lambda s, i: i != 2))
-    assert v.word == "inconclusive" and "had not reached the plateau" in v.evidence
-    assert dec.decide_l6(vit_study(n_seeds=3, test_acc=rising)).word == "inconclusive"
+def test_l6_is_not_reproduced_for_a_wrong_sign_and_for_a_negligible_gain():
+    assert dec.decide_l6(study(acc=rising(-0.005))).word == "not reproduced"
+    small = dec.decide_l6(study(acc=rising(0.0002), noise=0.001))   # +0.08 points
+    assert small.word == "not reproduced" and small.tests[0].interval[0] > 0
 
 
-def test_slopes_are_least_squares_over_head_counts():
-    exact = {s: 0.1 + 0.05 * COUNTS[s] for s in SETTINGS}
-    study = vit_study(test_acc=exact)
-    assert dec.slopes(study)[0] == pytest.approx(0.05)
+def test_l6_is_inconclusive_when_the_interval_holds_margin_and_sesoi():
+    v = dec.decide_l6(study(acc=rising(0.001), noise=0.5))
+    assert v.word == "inconclusive" and "would need" in v.evidence
 
 
-def test_l7_words():
-    down, up = {"0": 0.5, "all": 0.3}, {"0": 0.5, "all": 0.7}
-    v = dec.decide_l7(vit_study(within_seq=down, between_class=up, nc1=down))
-    assert v.word == "reproduced" and v.interval[1] < 0
-    assert set(v.numbers["intervals"]) == {"within_seq", "between_class", "nc1"}
-    assert dec.decide_l7(vit_study(within_seq=down, between_class=up, nc1=up)
-                         ).word == "not reproduced"
-    v = dec.decide_l7(vit_study(within_seq=down, between_class=up, nc1=down,
-                                plateau=lambda s, i: s != "all"))
-    assert v.word == "inconclusive"
+def test_l6_gate_and_seed_count():
+    last = _settings(2).n_train[-1]
+    v = dec.decide_l6(study(acc=rising(0.005), cut={("sweep", last, 8, "1", 0)}))
+    assert v.word == "inconclusive" and not v.gates[0].passed and "(not met)" in v.evidence
+    # a run cut by the cap at a smaller count does not gate the verdict
+    first = _settings(2).n_train[0]
+    assert dec.decide_l6(study(acc=rising(0.005), cut={("sweep", first, 8, "1", 0)})
+                         ).word == "reproduced"
+    few = rule_of("L6").n_seeds - 1
+    assert dec.decide_l6(study(few, acc=rising(0.005))).word == "inconclusive"
 
 
-def test_l8_words():
-    v = dec.decide_l8(vit_study(pr={"0": 10.0, "all": 8.0}))
-    assert v.word == "reproduced" and v.numbers["change"][0] == pytest.approx(-0.2, rel=0.05)
-    assert "k99 relative change" in v.evidence and "cannot resolve" not in v.evidence
-    assert len(v.numbers["k99_change"]) == 3
-    assert dec.decide_l8(vit_study(pr={"0": 10.0, "all": 12.0})).word == "not reproduced"
-    assert dec.decide_l8(vit_study(pr={"0": 10.0, "all": 8.0}, plateau=False)
-                         ).word == "inconclusive"
+def test_slopes_are_least_squares_over_head_counts_and_gaps_are_paired():
+    s = study(acc=rising(0.01), noise=0.0)
+    assert dec.slopes(s) == pytest.approx(np.full(len(s.settings.seeds), 0.01), abs=1e-3)
+    assert dec.gaps(s) == pytest.approx(np.full(len(s.settings.seeds), 0.04), abs=1e-3)
 
 
-def gpt_study(n_seeds=5, lap_curve=(4.0, 3.0, 2.5, 2.4), base_curve=(4.0, 3.2, 2.7, 2.6),
-              lap_cdnv=(9.0, 4.0, 2.0, 1.9), base_cdnv=(9.0, 5.0, 3.0, 2.9), plateau=True):
-    """Two arms with the given (val loss, CDNV) curves (before training, then 3 rounds); seed i
-    shifts every value by a small per-seed amount."""
-    def run(setting, loss, cdnv, i):
-        pts = tuple(SimpleNamespace(val_loss=l + NOISE[i], cdnv=c * (1 + NOISE[i]))
-                    for l, c in zip(loss, cdnv))
-        return SimpleNamespace(setting=setting, seed=i, laplacian_heads=0 if setting == "0"
-                               else 5, points=pts, plateau=plateau)
-
-    runs = ([run("0", base_curve, base_cdnv, i) for i in range(n_seeds)]
-            + [run("5", lap_curve, lap_cdnv, i) for i in range(n_seeds)])
-    settings = SimpleNamespace(l9_setting="5", steps=30, dim=32, heads=8, checkpoints=(1, 2, 3),
-                               scales=("10 steps", "20 steps", "30 steps"))
-    return SimpleNamespace(settings=settings, runs=runs, source="test",
-                           by=lambda s: [r for r in runs if r.setting == s])
+def test_item_standard_errors_follow_the_per_image_disagreements():
+    s = study(acc=rising(0.01), noise=0.0)
+    lap, base = s.by("all")[0], s.by("0")[0]
+    d = lap.correct_items.astype(float) - base.correct_items.astype(float)
+    assert dec.item_standard_errors(s)[0] == pytest.approx(d.std(ddof=1) / np.sqrt(N_EVAL))
+    assert 0 < dec.item_standard_errors(s)[0] < 0.05
 
 
-def test_matched_cdnv_reads_both_arms_at_the_worse_arms_best_loss():
-    level, base, lap = dec.matched_cdnv_pairs(gpt_study())
-    assert level[0] == pytest.approx(2.6)                  # the baseline's best
-    assert base[0] == pytest.approx(2.9)
-    # the Laplacian arm crosses 2.6 between 3.0 (CDNV 4) and 2.5 (CDNV 2): 4 - 0.8 * 2
-    assert lap[0] == pytest.approx(2.4)
+# ------------------------------------------------------------------------------------- L7
+DOWN, UP = {"0": 1.0, "all": 0.7}, {"0": 1.0, "all": 1.3}
 
 
-def test_l9_words():
-    v = dec.decide_l9(gpt_study())
-    assert v.word == "reproduced" and v.interval[1] < 0
-    assert list(v.trend) == ["10 steps", "20 steps", "30 steps"]
-    assert "matched" in v.evidence and v.rule == rule_of("L9").text
-    # the Laplacian arm only looks more separable because it is further along the loss curve
-    confounded = gpt_study(lap_cdnv=(9.0, 6.0, 2.0, 1.0), base_cdnv=(9.0, 4.0, 3.0, 2.0))
-    assert dec.decide_l9(confounded).word == "not reproduced"
-    assert dec.decide_l9(gpt_study(plateau=False)).word == "inconclusive"
-    assert dec.decide_l9(gpt_study(n_seeds=3)).word == "inconclusive"
+def test_l7_is_reproduced_on_absolute_variances_and_terminal_nc1():
+    v = dec.decide_l7(study(within=DOWN, between=UP, nc1=DOWN))
+    assert v.word == "reproduced" and [t.word for t in v.tests] == ["reproduced"] * 3
+    assert v.tests[0].estimate == pytest.approx(-0.3, abs=0.02)
+    assert all(g.passed for g in v.gates)
+    changes = v.numbers["changes"]
+    assert list(changes) == ["block 1 (stream)", "block 2 (stream)", "final LayerNorm"]
+    assert changes["final LayerNorm"]["within_sequence"][0] == pytest.approx(-0.3, abs=0.02)
+    # the shares beside: (0.7 - 1.0) / 4 of the total
+    assert changes["final LayerNorm"]["within_sequence share"][0] == pytest.approx(-0.075,
+                                                                                   abs=0.01)
 
 
-def test_seeds_needed_and_direction():
-    # mean 1, sd 1: the paired design detects it once (t_.975 + t_.8) / sqrt(n) <= 1
-    n = dec.seeds_needed([0.0, 1.0, 2.0, 0.5, 1.5])
-    assert n is not None and 8 <= n <= 12
-    assert dec.seeds_needed([1.0, -1.0]) is None
-    assert dec.direction({"a": [0.1, 0, 0.2], "b": [-0.3, -0.4, -0.2]}) == \
-        "+0.1 -> -0.3 (away from 0)"
-    assert dec.direction({"a": [0.5, 0, 1], "b": [0.1, 0, 0.2]}).endswith("(toward 0)")
+def test_l7_is_not_reproduced_for_a_wrong_sign_and_for_a_negligible_change():
+    assert dec.decide_l7(study(within=UP, between=UP, nc1=DOWN)).word == "not reproduced"
+    tiny = {"0": 1.0, "all": 0.99}
+    v = dec.decide_l7(study(within=tiny, between=UP, nc1=DOWN, noise=0.001))
+    assert v.word == "not reproduced" and v.tests[0].interval[1] < 0   # real, but under 10%
 
 
-def test_the_outlook_sentence_appears_at_the_rules_seed_count_only():
-    rising = {s: 0.30 + 0.02 * COUNTS[s] for s in SETTINGS}
-    assert "Over the checkpoints: all - none" in dec.decide_l6(vit_study(test_acc=rising)
-                                                               ).evidence
-    assert "Over the checkpoints" not in dec.decide_l6(vit_study(n_seeds=3, test_acc=rising)
-                                                       ).evidence
-    assert "matched CDNV" in dec.decide_l9(gpt_study()).evidence
+def test_l7_inconclusive_for_noise_and_for_a_terminal_phase_not_reached():
+    assert dec.decide_l7(study(within=DOWN, between=UP, nc1={"0": 1.0, "all": 0.9},
+                               noise=0.3)).word == "inconclusive"
+    v = dec.decide_l7(study(within=DOWN, between=UP, nc1=DOWN, train_acc=0.9))
+    assert v.word == "inconclusive" and not v.gates[1].passed
+    assert "terminal-phase runs" in v.gates[1].detail
 
 
-def test_l6_says_when_the_runs_are_read_past_their_validation_optimum():
-    at_end = dec.decide_l6(vit_study())
-    assert "lowest at its last epoch" in at_end.evidence
-    past = dec.decide_l6(vit_study(curve=(1.2, 0.9, 0.95, 0.96)))
-    assert f"{len(past_runs := vit_study().runs)} of {len(past_runs)} runs had their least " \
-        "validation loss before the last epoch (at epochs 2-2)" in past.evidence
+def test_l7_binding_nc1_names_the_terminal_runs_as_its_scale():
+    v = dec.decide_l7(study(within=DOWN, between=UP, nc1=UP))
+    assert v.word == "not reproduced" and list(v.trend) == ["terminal, 50 images"]
+    few = rule_of("L7").n_seeds - 1
+    assert dec.decide_l7(study(few, within=DOWN, between=UP, nc1=DOWN)).word == "inconclusive"
+
+
+# ------------------------------------------------------------------------------------- L8
+def test_l8_words_at_the_widest_model():
+    v = dec.decide_l8(study(k99={"0": 100, "all": 80}))
+    assert v.word == "reproduced" and v.tests[0].estimate == pytest.approx(-0.2, abs=0.01)
+    assert list(v.trend) == ["d=8", "d=16"] and "participation ratio" in v.evidence
+    assert dec.decide_l8(study(k99={"0": 100, "all": 110})).word == "not reproduced"
+    flat = dec.decide_l8(study(k99={"0": 100, "all": 99}, noise=0.005))
+    assert flat.word == "not reproduced" and flat.tests[0].interval[0] > -0.105
+    assert dec.decide_l8(study(k99={"0": 100, "all": 90}, noise=0.2)).word == "inconclusive"
+    cut = dec.decide_l8(study(k99={"0": 100, "all": 80}, cut={("wide", 300, 16, "all", 1)}))
+    assert cut.word == "inconclusive" and not cut.gates[0].passed
+    few = rule_of("L8").n_seeds - 1
+    assert dec.decide_l8(study(few, k99={"0": 100, "all": 80})).word == "inconclusive"
+
+
+def test_relative_change_refuses_a_baseline_of_zero():
+    s = study(k99={"0": 0, "all": 1}, noise=0.0)
+    with pytest.raises(ValueError, match="baseline must be positive"):
+        dec.relative_change(s, "k99", part="wide")

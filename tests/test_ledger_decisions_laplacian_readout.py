@@ -1,73 +1,175 @@
-"""ddcl_theory.ledger.decisions.laplacian_readout: the X2 rule on hand-built sweeps."""
+"""ddcl_theory.ledger.decisions.laplacian_readout: the registered X2 rule on hand-built
+readout studies (every side of the rule: reproduced, not reproduced for a wrong sign and for a
+negligible effect, inconclusive, a failed gate, too few seeds, and a premise that is not met)."""
 from __future__ import annotations
 
-from types import SimpleNamespace as NS
-
 import numpy as np
+import pytest
 
+from ddcl_theory.experiments import laplacian_readout as lr
 from ddcl_theory.ledger.claims import rule_of
 from ddcl_theory.ledger.decisions import laplacian_readout as dec
+from ddcl_theory.metrics.geometry import AnovaSplit
 
-JITTER = np.array([0.01, -0.01, 0.005, -0.005, 0.0])
-
-
-def sweep(acc_gain=0.05, within_gain=-0.1, n=5, moving=False, epochs=4):
-    """Two settings ("all", "0"), n paired seeds: Laplacian minus none of test accuracy about
-    ``acc_gain`` and of the within-sequence share about ``within_gain`` (small jitter by seed);
-    the paths grow linearly to the final values; training losses flat unless ``moving``."""
-    base = {"test_acc": 0.4, "within_seq": 0.5, "fraction_used": 0.8, "perplexity": 10.0,
-            "separation_min": 1.0}
-    gain = {"test_acc": acc_gain, "within_seq": within_gain}
-    curve = tuple(np.linspace(2.0, 1.0, epochs)) if moving else (1.0,) * epochs
-    runs = []
-    for setting in ("all", "0"):
-        for seed in range(n):
-            vals = {f: v + (gain.get(f, 0.0) + JITTER[seed] if setting == "all" else 0.0)
-                    for f, v in base.items()}
-            ramp = np.arange(1, epochs + 1) / epochs
-            runs.append(NS(setting=setting, seed=seed, train_loss=curve, **vals,
-                           acc_path=tuple(vals["test_acc"] * ramp),
-                           within_path=tuple(vals["within_seq"] * ramp)))
-
-    def paired(field, setting, epoch=None):
-        rs = sorted((r for r in runs if r.setting == setting), key=lambda r: r.seed)
-        if epoch is None:
-            return np.array([getattr(r, field) for r in rs])
-        path = {"test_acc": "acc_path", "within_seq": "within_path"}[field]
-        return np.array([getattr(r, path)[epoch - 1] for r in rs])
-
-    vit = NS(dim=8, depth=1, heads=2, n_train=64, epochs=epochs, seeds=tuple(range(n)))
-    settings = NS(vit=vit, num_prototypes=4, ddcl_heads=2, temperature=1.0, beta=0.01,
-                  scales=(1, 2, epochs))
-    return NS(settings=settings, source="test", paired=paired, runs=runs)
+N_EVAL = 1000
+COUNTS = (100, 300)
+LAST = COUNTS[-1]
 
 
-def test_x2_reproduced_when_the_premise_holds_and_the_accuracy_interval_is_above_0():
-    v = dec.decide_x2(sweep())
-    assert v.word == "reproduced" and v.n_seeds == 5 and v.rule == rule_of("X2").text
-    assert v.numbers["premise_holds"] and v.interval == tuple(v.numbers["accuracy"][:2])
-    assert v.interval[0] > 0 and v.tolerance == dec.TRAINING
-    assert list(v.trend) == ["1 epochs", "2 epochs", "4 epochs"]
-    assert v.trend["4 epochs"][0] == 0.05 and v.trend["1 epochs"][0] < 0.05
-    assert "smallest detectable effect" in v.evidence and "Shown beside" in v.evidence
+def _wiggle(seed: int, size: float) -> float:
+    """A deterministic per-seed wiggle of sd about ``size`` (mean about 0 over the seeds)."""
+    return size * np.sqrt(2) * np.sin(2.1 * seed + 0.3)
 
 
-def test_x2_not_reproduced_when_the_accuracy_interval_lies_below_0():
-    assert dec.decide_x2(sweep(acc_gain=-0.05)).word == "not reproduced"
+def _settings(n_seeds: int) -> lr.ReadoutSettings:
+    return lr.ReadoutSettings(n_train=COUNTS, n_val=50, n_test=N_EVAL, dim=8, heads=4,
+                              num_prototypes=4, ddcl_heads=2, epochs=30, patience=3,
+                              seeds=tuple(range(n_seeds)))
 
 
-def test_x2_inconclusive_when_straddling_few_seeds_or_runs_still_moving():
-    assert dec.decide_x2(sweep(acc_gain=0.0)).word == "inconclusive"
-    few = dec.decide_x2(sweep(n=3))
-    assert few.word == "inconclusive" and "fewer than the rule's 5" in few.evidence
-    moving = dec.decide_x2(sweep(moving=True))
-    assert moving.word == "inconclusive" and moving.numbers["unfinished"] == 10
+def _run(st, n_train, setting, seed, *, gain, within, used, noise, cut, var_noise=None):
+    lap = setting == "all"
+    w = _wiggle(seed + (7 if lap else 0), noise)         # each arm its own wiggle
+    wv = w if var_noise is None else _wiggle(seed + (7 if lap else 0), var_noise)
+    acc = 0.4 + (gain(n_train) if lap else 0.0) + w
+    hits = int(round(acc * N_EVAL))
+    correct = np.zeros(N_EVAL, dtype=np.uint8)
+    correct[(np.arange(hits) + 37 * seed + (11 if lap else 0)) % N_EVAL] = 1
+    scale = (1.0 + within) if lap else 1.0
+    final = AnovaSplit(total=4.0, within_sequence=2.0 * scale * (1 + wv),
+                       between_sequence=2.0, within_class=1.0, between_class=1.0)
+    stream = AnovaSplit(total=8.0, within_sequence=3.0 * scale * (1 + wv),
+                        between_sequence=5.0, within_class=2.0, between_class=3.0)
+    best = st.epochs if (n_train, setting, seed) in cut else 10
+    length = st.epochs if best == st.epochs else best + st.patience
+    return lr.ReadoutRun(
+        n_train=n_train, setting=setting, laplacian_heads=st.heads if lap else 0, seed=seed,
+        val_loss=(1.0,) * length, val_acc=(0.5,) * length, train_loss=(1.0,) * length,
+        best_epoch=best, epochs=st.epochs, patience=st.patience, eval_acc=hits / N_EVAL,
+        final=final, stream=stream, fraction_used=0.8 + (used if lap else 0.0) + w / 10,
+        perplexity=10.0, separation_min=1.0, separation_mean=2.0,
+        relative_min=0.5 * (1 + w), relative_mean=1.0, l_q=0.1, v=0.2,
+        correct=np.packbits(correct).tobytes(), n_eval=N_EVAL)
 
 
-def test_x2_premise_that_fails_means_the_question_is_not_asked():
-    for within_gain in (0.1, 0.0):           # raised, or not lowered beyond the spread
-        v = dec.decide_x2(sweep(within_gain=within_gain, acc_gain=-0.05))
-        assert v.word == "inconclusive" and not v.numbers["premise_holds"]
-        assert "the question is not asked" in v.evidence and "askable" in v.evidence
-        assert v.interval == tuple(v.numbers["premise"][:2])
-    assert "do not lower it" in dec.decide_x2(sweep(within_gain=0.1)).evidence
+def study(n_seeds: int | None = None, *, gain=0.03, within=-0.3, used=0.0, noise=0.005,
+          cut=(), var_noise=None) -> lr.ReadoutStudy:
+    """A study of the rule's seeds (default): the readout on the all-Laplacian encoder is
+    ``gain`` more accurate (a number, or a function of the image count), the tokens' within-
+    sequence variance changes by ``within`` (relative), usage by ``used``; ``noise``: the
+    per-seed wiggle (``var_noise``: of the variances, default ``noise``); ``cut``: (n,
+    setting, seed) of runs that reached the epoch cap."""
+    n_seeds = n_seeds or rule_of("X2").n_seeds
+    st = _settings(n_seeds)
+    g = gain if callable(gain) else (lambda n: gain)
+    runs = [_run(st, n, s, seed, gain=g, within=within, used=used, noise=noise, cut=cut,
+                 var_noise=var_noise)
+            for n in st.n_train for s in lr.SETTINGS for seed in st.seeds]
+    return lr.ReadoutStudy(st, runs, "test", 10, 16)
+
+
+def test_x2_is_reproduced_when_the_accuracy_gain_clears_0_by_more_than_the_sesoi():
+    v = dec.decide_x2(study(gain=lambda n: 0.01 if n < LAST else 0.03))
+    assert (v.claim, v.word) == ("X2", "reproduced")
+    assert v.rule == rule_of("X2").text and v.tolerance == dec.TRAINING
+    assert v.n_seeds == rule_of("X2").n_seeds and v.interval[0] > rule_of("X2").tests[0].s
+    assert v.tests[0].estimate == pytest.approx(0.03, abs=2e-3) and v.tests[0].binding
+    assert [t.binding for t in v.tests[1:]] == [False] * 4
+    assert list(v.trend) == ["100 images", "300 images"]
+    assert v.trend["100 images"][0] < v.trend["300 images"][0]
+    assert "grows with the image count" in v.evidence and v.gates[0].passed
+    assert "also clears the SESOI" in v.evidence and "SESOI 1 point)" in v.evidence
+    assert set(v.per_seed) == ({t.statistic for t in rule_of("X2").all_tests}
+                               | {f"{rule_of('X2').tests[0].statistic}, at 100 images"})
+    assert all(len(x) == v.n_seeds for x in v.per_seed.values())
+    # the premise (beside) holds: the tokens the readout reads were smoothed
+    assert v.tests[1].word == "reproduced" and v.numbers["premise_word"] == "reproduced"
+    assert "smoothing helped the prototypes" in v.evidence
+
+
+def test_x2_is_not_reproduced_for_a_wrong_sign_and_for_a_negligible_gain():
+    wrong = dec.decide_x2(study(gain=-0.03))
+    assert wrong.word == "not reproduced" and wrong.interval[1] < 0
+    assert "did not help the prototypes" in wrong.evidence
+    assert "less accurate on the Laplacian encoder" in wrong.evidence
+    small = dec.decide_x2(study(gain=0.003, noise=0.0005))        # +0.3 points, real
+    assert small.word == "not reproduced"
+    assert 0 < small.interval[0] and small.interval[1] < rule_of("X2").tests[0].s
+    assert "smaller than the SESOI (1 point), though real" in small.evidence
+
+
+def test_x2_is_inconclusive_when_the_interval_holds_0_and_the_sesoi():
+    v = dec.decide_x2(study(gain=0.005, noise=0.03))
+    assert v.word == "inconclusive" and v.interval[0] < 0 < 0.01 < v.interval[1]
+    assert "holds both 0 and the SESOI" in v.evidence and "would tell them apart" in v.evidence
+    assert v.tests[0].seeds_needed > v.n_seeds
+
+
+def test_x2_gate_a_deciding_run_cut_by_the_epoch_cap_makes_the_word_inconclusive():
+    v = dec.decide_x2(study(cut={(LAST, "all", 0)}))
+    assert v.word == "inconclusive" and not v.gates[0].passed
+    assert v.tests[0].word == "reproduced"                  # the interval is still shown
+    assert "epoch cap" in v.evidence
+    # a run cut by the cap at a smaller count does not gate the verdict
+    assert dec.decide_x2(study(cut={(COUNTS[0], "all", 0)})).word == "reproduced"
+
+
+def test_x2_with_fewer_seeds_than_the_rule_registers_is_a_pilot():
+    few = rule_of("X2").n_seeds - 1
+    v = dec.decide_x2(study(few))
+    assert v.word == "inconclusive" and v.tests[0].word == "reproduced"
+    assert f"fewer than the rule's {rule_of('X2').n_seeds}" in v.evidence
+
+
+@pytest.mark.parametrize("within, spread, premise", [(0.3, 0.02, "not reproduced"),
+                                                     (0.0, 0.02, "not reproduced"),
+                                                     (-0.08, 0.2, "inconclusive")])
+def test_x2_premise_not_met_changes_the_reading_not_the_word(within, spread, premise):
+    """Tokens roughened, unchanged, or not shown smoothed: the word stays the accuracy's."""
+    v = dec.decide_x2(study(within=within, var_noise=spread))
+    assert v.word == "reproduced" and v.numbers["premise_word"] == premise
+    assert "not whether smoothing does" in v.numbers["reading"]
+    assert ("did not lower" if premise == "not reproduced"
+            else "were not shown to lower") in v.evidence
+
+
+def test_paired_samples_are_differences_and_relative_changes_by_seed():
+    s = study(gain=0.02, within=-0.25, used=0.1, noise=0.0)
+    acc, after, before, used, sep = dec.samples(s)
+    assert acc == pytest.approx(np.full(len(s.settings.seeds), 0.02), abs=1e-3)
+    assert after == pytest.approx(np.full(len(s.settings.seeds), -0.25))
+    assert before == pytest.approx(after) and sep == pytest.approx(np.zeros_like(sep))
+    assert used == pytest.approx(np.full(len(s.settings.seeds), 0.1))
+    first = dec.samples(s, COUNTS[0])[0]
+    assert first.shape == (len(s.settings.seeds),)
+
+
+def test_a_relative_change_needs_a_positive_baseline():
+    s = study()
+    broken = [r if r.setting == "all" else
+              lr.ReadoutRun(**{**r.__dict__, "relative_min": 0.0}) for r in s.runs]
+    with pytest.raises(ValueError, match="relative_min"):
+        dec.samples(lr.ReadoutStudy(s.settings, broken, "test", 10, 16))
+
+
+def test_item_standard_errors_follow_the_per_image_disagreements():
+    s = study(noise=0.0)
+    lap, base = s.by("all")[0], s.by("0")[0]
+    d = lap.correct_items.astype(float) - base.correct_items.astype(float)
+    assert dec.item_standard_errors(s)[0] == pytest.approx(d.std(ddof=1) / np.sqrt(N_EVAL))
+    assert 0 < dec.item_standard_errors(s)[0] < 0.05
+
+
+def test_optimum_gate_names_the_cut_runs_and_the_epochs():
+    st = _settings(2)
+    runs = [_run(st, LAST, "0", seed, gain=lambda n: 0.0, within=0.0, used=0.0, noise=0.0,
+                 cut={(LAST, "0", 1)}) for seed in (0, 1)]
+    gate = dec.optimum_gate(runs, "runs")
+    assert not gate.passed and "1 of 2 runs" in gate.detail and "10-30" in gate.detail
+    assert dec.optimum_gate(runs[:1], "runs").passed
+
+
+def test_the_reference_profile_runs_the_seeds_the_rule_registers():
+    assert lr.CONFIRMATORY_SEEDS == rule_of("X2").n_seeds >= 10
+    assert "PILOT" not in rule_of("X2").power and str(rule_of("X2").n_seeds) in rule_of(
+        "X2").power

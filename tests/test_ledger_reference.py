@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ddcl_theory.ledger import claims, reference
+from ddcl_theory.ledger import claims, reference, rules
 
 CHAPTER = """---
 jupytext: {}
@@ -179,7 +179,7 @@ def test_results_check_sets_the_reference_folder_aside():
     assert not results_check._set_aside("results/verdicts/a.json")
 
 
-@pytest.mark.parametrize("cid", sorted(claims.RULES))
+@pytest.mark.parametrize("cid", sorted(rules.RULES))
 def test_every_empirical_claim_has_a_rule_with_enough_seeds(cid):
     rule = claims.rule_of(cid)
     assert rule.n_seeds >= 5 and rule.tests and rule.scales

@@ -503,22 +503,30 @@ def test_interrupted_annealing_resumes_at_the_next_temperature(paper_on_cpu, mon
         assert np.array_equal(getattr(resumed, name), getattr(reference, name)), name
 
 
-def test_interrupted_gpt_study_resumes_inside_the_run(paper_on_cpu, monkeypatch):
-    from ddcl_theory.experiments import laplacian_study as ls
+def test_interrupted_lm_study_resumes_inside_the_run(paper_on_cpu, monkeypatch):
+    from ddcl_theory.experiments import laplacian_lm as lm
 
-    s = ls.GPTStudySettings(block_size=16, dim=8, depth=1, heads=2, mlp_ratio=2, batch_size=4,
-                            steps=10, rounds=5, checkpoints=(5,), lr=3e-3, eval_windows=16,
-                            cdnv_min_count=10, seeds=(0,), l9_setting="1", threads=1)
+    s = lm.LMSettings(block_size=16, dim=8, depth=1, heads=2, laplacian_heads=1, mlp_ratio=2,
+                      batch_size=4, steps=(10,), rounds=5, lr=3e-3, eval_windows=16,
+                      cdnv_min_count=10, seeds=(0,), trend_seeds=1, threads=1)
     paper_on_cpu("a")
-    reference = ls.run_gpt(s)
+    reference = lm.run(s)
     paper_on_cpu("b")
     with monkeypatch.context() as m:
-        _interrupt_after(m, "save_state", saves=3)      # in the first run, after step 6 of 10
+        _interrupt_after(m, "save_state", saves=3)      # in the first arm, after step 6 of 10
         with pytest.raises(_Interrupted):
-            ls.run_gpt(s)
+            lm.run(s)
     steps = []
-    original = ls.next_char_loss
-    monkeypatch.setattr(ls, "next_char_loss", lambda *a: steps.append(1) or original(*a))
-    resumed = ls.run_gpt(s)
-    assert len(steps) == 4 + 10                             # 4 left of the first run, then 10
-    assert resumed.runs == reference.runs
+    original = lm.stacked_batches
+
+    def counted(streams):
+        for batch in original(streams):
+            steps.append(1)
+            yield batch
+    monkeypatch.setattr(lm, "stacked_batches", counted)
+    resumed = lm.run(s)
+    assert len(steps) == 4 + 10                             # 4 left of the first arm, then 10
+    for a, b in zip(resumed.runs, reference.runs, strict=True):
+        assert (a.laplacian_heads, a.seed, a.val_loss, a.cdnv, a.best) == \
+            (b.laplacian_heads, b.seed, b.val_loss, b.cdnv, b.best)
+        np.testing.assert_array_equal(a.heldout_windows, b.heldout_windows)

@@ -1,210 +1,411 @@
 """A DDCL readout on a small ViT with and without Laplacian heads (claim X2, ours).
 
-Question: Laplacian heads smooth the token representations within a sequence (the chapter
-``laplacian_experiments``); does that help the prototypes of a DDCL readout on top? For each
-head setting (``"0"``: no Laplacian head, ``"all"``: every head Laplacian) and seed, a
-:class:`ddcl_theory.models.vit_readout.ViTDDCL` (the ViT encoder of :mod:`laplacian_vit`, the
-DDCL readout with residual and LayerNorm, a linear classifier on ``pooled``) is trained on
-CIFAR-10 patches with cross-entropy + beta L_q on the ViT's one training path
-(:func:`laplacian_vit.train_vit`), the banks seeded by k-means++ on the tokens that reach them.
-Measured: test accuracy; on the test tokens the bank usage (fraction of prototypes that are some
-token's argmax) and perplexity, averaged over the readout's heads; the prototype separation (min
-and mean pairwise distance, trace) per epoch; the within-sequence share of the variance of the
-tokens that reach the readout (ANOVA of :func:`ddcl_theory.metrics.geometry.anova_split`), to
-confirm that the Laplacian encoder does smooth them. The verdict is
+Question: Laplacian heads are said to smooth the tokens within a sequence (the chapter
+``laplacian_experiments``); does a DDCL readout on top profit from it? For each training-image
+count of ``n_train`` (the scale axis, every count its own runs), head setting (``"0"``: no
+Laplacian head, ``"all"``: every head Laplacian) and seed, a
+:class:`ddcl_theory.models.vit_readout.ViTDDCL` (the study's ViT encoder, the DDCL readout with
+residual and LayerNorm, a linear classifier on ``pooled``) is trained on CIFAR-10 patches with
+cross-entropy + beta L_q: AdamW under a cosine schedule over at most ``epochs`` epochs, early
+stopped at its lowest validation loss (a split carved from the training images) and read there.
+
+Seeds pair the two encoders: seed s gives both the same initialisation (a Laplacian head has no
+parameter of its own), the same k-means++ draws for the banks and the same batch order.
+
+Measured on the evaluation pool (``n_test`` CIFAR-10 training images that no run trains on,
+:func:`ddcl_theory.data.cifar10_eval_pool`): the readout's accuracy and per-image correctness;
+the absolute ANOVA variances of the encoder's tokens after its final LayerNorm (what the readout
+reads) and of the residual stream before it; the readout's bank usage (fraction of prototypes
+that are some token's argmax) and perplexity, and the separation of its prototypes, raw and in
+units of the spread of the projected tokens they see (:func:`relative_separation`), all averaged
+over the readout's heads. The verdict is
 :func:`ddcl_theory.ledger.decisions.laplacian_readout.decide_x2`.
 """
 from __future__ import annotations
 
-import functools
+import contextlib
+import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from threadpoolctl import threadpool_limits
+from torch import nn
 
 from ddcl_theory.experiments import laplacian_vit as lv
-from ddcl_theory.experiments.laplacian_common import laplacian_count, summarise
+from ddcl_theory.experiments.laplacian_common import laplacian_count
 from ddcl_theory.metrics import geometry as metrics
-from ddcl_theory.metrics.prototypes import (
-    SEPARATION_KINDS,
-    perplexity,
-    separation,
-    usage,
-)
+from ddcl_theory.metrics.prototypes import perplexity, separation, usage
 from ddcl_theory.models.vit_readout import ViTDDCL
 from ddcl_theory.runtime import profile
 from ddcl_theory.runtime.rundir import RunDir
-from ddcl_theory.runtime.settings import Settings, nested, setting
+from ddcl_theory.runtime.settings import Settings, confirmatory_seeds, setting
 from ddcl_theory.runtime.threads import num_threads
+from ddcl_theory.runtime.training import fit
 
-__all__ = ["SETTINGS", "ReadoutSettings", "ReadoutRun", "ReadoutSweep", "run", "train_one"]
+__all__ = ["SETTINGS", "SMOKE_IMAGES", "CONFIRMATORY_SEEDS", "ReadoutSettings", "ReadoutRun",
+           "ReadoutStudy", "BestState", "relative_separation", "measure", "train_one", "run"]
 
+#: The head settings compared: no Laplacian head, every head Laplacian.
 SETTINGS = ("0", "all")
-#: training and test images of each smoke-test model: four paper-size ViTs (two settings, two
-#: seeds, the pairing needs two) on the ViT's 128 took a quarter of the smoke run
+#: Training images of each smoke-test model (the paper-size ViT on one small batch).
 SMOKE_IMAGES = 32
+#: Paired seeds of the confirmatory runs (the X2 rule's n_seeds, from its power analysis).
+CONFIRMATORY_SEEDS = 43
+#: Training images whose tokens seed the readout's banks by k-means++.
+INIT_IMAGES = 200
 
 
 @dataclass(frozen=True)
 class ReadoutSettings(Settings):
-    """Scale of the X2 experiment: the ViT's settings (data, encoder, training) in ``vit``
-    and what the readout adds.
+    """Scale of the X2 experiment: data, encoder, readout, training and seeds.
 
-    ``vit`` is the ViT's with longer training (10 epochs in the cpu and reference profiles), two
-    head settings (none or all Laplacian) and paired seeds: 3 in the cpu profile (a regression
-    run, fewer than the X2 rule's 5), 5 in the reference and paper profiles. The paper smoke
-    test runs its four models on :data:`SMOKE_IMAGES` images."""
+    ``n_train``: the training-image counts (separate runs, the scale axis; a run at n images
+    takes the first n of the CIFAR-10 subset less its validation split); ``n_val``: the
+    validation split, the subset's last images; ``n_test``: the evaluation pool;
+    ``epochs``: the cosine schedule's length (the cap); ``patience``: epochs without a new
+    lowest validation loss after which a run stops; ``float64``: the precision of training and
+    measuring (float64 in the cpu profile, float32 otherwise).
 
-    vit: lv.ViTSettings = nested(
-        lv.ViTSettings,
-        epochs=setting(10, paper=60, smoke=1),
-        seeds=setting((0, 1, 2), reference=(0, 1, 2, 3, 4), paper=(0, 1, 2, 3, 4),
-                      smoke=(0, 1)),
-        n_train=setting(3000, paper=10000, smoke=SMOKE_IMAGES),
-        n_test=setting(1000, smoke=SMOKE_IMAGES),
-        head_settings=SETTINGS)
+    cpu: a small pilot (3 seeds, at most 1,200 images) that CI replays; reference: 1,000,
+    3,000 and 9,000 images on the confirmatory seeds, scored on 10,000 pool images; paper: the
+    paper-profile ViT (width 192, 6 layers, 4x4 patches) on the same counts."""
+
+    n_train: tuple[int, ...] = setting((300, 600, 1200), reference=(1000, 3000, 9000),
+                                       paper=(1000, 3000, 9000), smoke=(SMOKE_IMAGES,), ge=1,
+                                       nonempty=True)
+    n_val: int = setting(500, reference=1000, paper=1000, smoke=SMOKE_IMAGES, ge=1)
+    n_test: int = setting(2000, reference=10_000, paper=10_000, smoke=100, ge=10)
+    patch: int = setting(8, paper=4, ge=1)
+    dim: int = setting(32, paper=192, ge=1)
+    depth: int = setting(2, paper=6, ge=1)
+    heads: int = setting(4, paper=6, ge=1)
+    mlp_ratio: int = setting(2, paper=4, ge=1)
     num_prototypes: int = setting(16, ge=1)
     ddcl_heads: int = setting(2, ge=1)
     temperature: float = setting(1.0, gt=0)
     beta: float = setting(0.01, ge=0)
+    batch_size: int = setting(128, ge=1)
+    epochs: int = setting(20, reference=30, paper=100, smoke=1, ge=1)
+    patience: int = setting(3, reference=4, paper=10, smoke=1, ge=1)
+    lr: float = setting(3e-3, paper=1e-3, gt=0)
+    weight_decay: float = setting(0.0, paper=0.05, ge=0)
+    seeds: tuple[int, ...] = setting((0, 1, 2), reference=confirmatory_seeds(CONFIRMATORY_SEEDS),
+                                     paper=confirmatory_seeds(CONFIRMATORY_SEEDS), smoke=(0, 1),
+                                     ge=0, nonempty=True)
+    threads: int | None = setting(1, paper=None, ge=1)
+    #: Train and measure in float64: the cpu profile's golden then replays on any CPU's kernels
+    #: (in float32 their last-bit differences grow over the epochs until an early stop moves).
+    float64: bool = setting(True, reference=False, paper=False, smoke=False)
 
     def check(self) -> None:
-        if len(self.vit.seeds) < 2:
-            raise ValueError(f"ReadoutSettings.vit.seeds: expected at least two seeds (for a "
-                             f"spread), got {self.vit.seeds!r}")
+        name = type(self).__name__
+        if len(self.seeds) < 2 or len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"{name}.seeds: expected at least two distinct seeds (paired "
+                             f"differences need a spread), got {self.seeds!r}")
+        if list(self.n_train) != sorted(set(self.n_train)):
+            raise ValueError(f"{name}.n_train: expected increasing image counts, got "
+                             f"{self.n_train!r}")
+        for field, dim, heads in (("dim", self.dim, self.heads),
+                                  ("dim", self.dim, self.ddcl_heads)):
+            if dim % heads:
+                raise ValueError(f"{name}.{field}: expected a multiple of heads={self.heads} "
+                                 f"and ddcl_heads={self.ddcl_heads}, got {dim}")
+        if self.n_test % 10:
+            raise ValueError(f"{name}.n_test: expected a multiple of the 10 classes, got "
+                             f"{self.n_test}")
 
     @property
-    def scales(self) -> tuple[int, ...]:
-        """The epochs at which the trend reads the runs (checkpoints of the same runs after
-        about a quarter, a half and all of the epochs)."""
-        e = self.vit.epochs
-        return tuple(sorted({max(1, e // 4), max(1, e // 2), e}))
+    def scales(self) -> tuple[str, ...]:
+        """Labels of the image counts, e.g. ``"3000 images"``."""
+        return tuple(f"{n} images" for n in self.n_train)
 
 
 @dataclass(frozen=True)
 class ReadoutRun:
-    """One trained model, measured on the test images.
+    """One trained ViT + DDCL readout, read at its validation optimum (``best_epoch``, 1-based)
+    and measured on the evaluation pool.
 
-    ``separation_*`` are means over the readout's heads; ``separation_path`` is
-    {kind: (epochs + 1,)} (before training, then after every epoch, S_min mean over heads etc.).
+    ``val_loss``, ``val_acc``: after every epoch run; ``train_loss``: the mean training loss
+    (cross-entropy + beta L_q) of every epoch run. ``final``: the absolute ANOVA split of the
+    tokens after the final LayerNorm (what the readout reads); ``stream``: of the residual
+    stream before it. Readout measures are means over its heads: ``fraction_used`` and
+    ``perplexity`` of the pool's assignments; ``separation_min``/``_mean`` of the banks;
+    ``relative_min``/``_mean`` the same over the spread of the projected tokens
+    (:func:`relative_separation`). ``correct``: the pool's per-image correctness, packed bits
+    (:attr:`correct_items`).
     """
 
+    n_train: int
     setting: str
     laplacian_heads: int
     seed: int
-    test_acc: float
+    val_loss: tuple[float, ...]
+    val_acc: tuple[float, ...]
+    train_loss: tuple[float, ...]
+    best_epoch: int
+    epochs: int
+    patience: int
+    eval_acc: float
+    final: metrics.AnovaSplit
+    stream: metrics.AnovaSplit
     fraction_used: float
     perplexity: float
     separation_min: float
     separation_mean: float
-    separation_trace: float
-    separation_path: dict
-    within_seq: float
+    relative_min: float
+    relative_mean: float
     l_q: float
     v: float
-    train_loss: tuple[float, ...] = ()    # mean training loss (CE + beta L_q) of each epoch
-    acc_path: tuple[float, ...] = ()      # test accuracy after each epoch
-    within_path: tuple[float, ...] = ()   # within-sequence share of the test tokens, each epoch
+    correct: bytes
+    n_eval: int
+
+    @property
+    def epochs_run(self) -> int:
+        return len(self.train_loss)
+
+    @property
+    def past_optimum(self) -> bool:
+        """Stopped by early stopping: ``patience`` epochs without a new lowest validation loss
+        followed the optimum before the cap."""
+        return self.epochs_run - self.best_epoch >= self.patience
+
+    @property
+    def correct_items(self) -> np.ndarray:
+        """Per image of the evaluation pool, 1 where the prediction is right, (n_eval,)."""
+        return np.unpackbits(np.frombuffer(self.correct, dtype=np.uint8))[: self.n_eval]
 
 
 @dataclass
-class ReadoutSweep:
+class ReadoutStudy:
+    """Every run of the X2 experiment, and what the decision reads of the data."""
+
     settings: ReadoutSettings
     runs: list[ReadoutRun]
     source: str
     num_classes: int
     tokens: int
 
-    def summary(self, field: str) -> dict[str, tuple[float, float]]:
-        return summarise(self.runs, field, self.settings.vit.head_settings)
+    def by(self, setting: str, n_train: int | None = None) -> list[ReadoutRun]:
+        """The runs of one head setting at ``n_train`` images (default: the largest count), in
+        seed order (so that two settings' lists pair by seed)."""
+        n = self.settings.n_train[-1] if n_train is None else n_train
+        return sorted((r for r in self.runs if (r.setting, r.n_train) == (setting, n)),
+                      key=lambda r: r.seed)
 
-    def paired(self, field: str, setting: str, epoch: int | None = None) -> np.ndarray:
-        """(n_seeds,) values of ``field`` for ``setting`` in seed order (so that two settings'
-        arrays pair by seed); with ``epoch`` (1-based) ``field`` is ``"test_acc"`` or
-        ``"within_seq"``, read from its per-epoch path."""
-        runs = sorted((r for r in self.runs if r.setting == setting), key=lambda r: r.seed)
-        if epoch is None:
-            return np.array([getattr(r, field) for r in runs], dtype=float)
-        path = {"test_acc": "acc_path", "within_seq": "within_path"}[field]
-        return np.array([getattr(r, path)[epoch - 1] for r in runs], dtype=float)
-
-
-def _separations(model: ViTDDCL) -> dict[str, float]:
-    bank = model.readout.prototypes.detach()                      # (H, K, d)
-    return {k: float(separation(bank, k).mean()) for k in SEPARATION_KINDS}
-
-
-def train_one(s: ReadoutSettings, setting: str, seed: int, tensors: tuple, num_classes: int,
-              device: str, ckpt: RunDir | None = None) -> ReadoutRun:
-    """Train one ViT + DDCL readout on the ViT's one training path
-    (:func:`laplacian_vit.train_vit`, loss cross-entropy + beta L_q) and measure it
-    (deterministic given the seed on CPU)."""
-    p_tr, y_tr, p_te, y_te = (t.to(device) for t in tensors)
-    gen = profile.seed_everything(seed)
-    n_lap = laplacian_count(setting, s.vit.heads)
-    model = ViTDDCL(p_tr.shape[1], p_tr.shape[2], num_classes, dim=s.vit.dim,
-                    depth=s.vit.depth, heads=s.vit.heads, laplacian_heads=n_lap,
-                    mlp_ratio=s.vit.mlp_ratio, num_prototypes=s.num_prototypes,
-                    ddcl_heads=s.ddcl_heads, temperature=s.temperature).to(device)
-    model.init_prototypes_from(p_tr[:200], generator=gen)
-    before = _separations(model)
-
-    def objective(forward, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        out = forward(x)
-        return F.cross_entropy(out.logits, y) + s.beta * out.readout.losses.l_q
-
-    def end_of_round(_epoch: int) -> dict:
-        was_training = model.training
-        model.eval()
-        with torch.no_grad():
-            out = model(p_te)
-        model.train(was_training)
-        return {**_separations(model),
-                "test_acc": float((out.logits.argmax(-1) == y_te).float().mean()),
-                "within_seq": metrics.anova_split(
-                    out.tokens.double().cpu().numpy()).fractions()["within_sequence"]}
-
-    log = lv.train_vit(model, s.vit, p_tr, y_tr, gen, device, objective=objective,
-                       end_of_round=end_of_round, run=ckpt,
-                       name=f"state-setting={setting},seed={seed}",
-                       desc=f"ViT+DDCL {setting} seed {seed}")
-    path = {k: np.array([before[k]] + [m[k] for m in log.metrics]) for k in before}
-    model.eval()
-    with torch.no_grad():
-        out = model(p_te)
-    q = out.readout.assignments                                   # (B, H, T, K)
-    heads = q.shape[1]
-    used = float(np.mean([usage(q[:, h]).fraction_used for h in range(heads)]))
-    ppl = float(np.mean([float(perplexity(q[:, h])) for h in range(heads)]))
-    tok = out.tokens.double().cpu().numpy()
-    sep = _separations(model)
-    return ReadoutRun(setting=setting, laplacian_heads=n_lap, seed=seed,
-                      test_acc=float((out.logits.argmax(-1) == y_te).float().mean()),
-                      fraction_used=used, perplexity=ppl, separation_min=sep["min"],
-                      separation_mean=sep["mean"], separation_trace=sep["trace"],
-                      separation_path=path,
-                      within_seq=metrics.anova_split(tok).fractions()["within_sequence"],
-                      l_q=float(out.readout.losses.l_q), v=float(out.readout.losses.v),
-                      train_loss=tuple(float(np.mean(r)) for r in log.losses),
-                      acc_path=tuple(m["test_acc"] for m in log.metrics),
-                      within_path=tuple(m["within_seq"] for m in log.metrics))
+    def values(self, field: str, setting: str, n_train: int | None = None) -> np.ndarray:
+        """(seeds,) of a :class:`ReadoutRun` attribute, or ``"final.<part>"`` /
+        ``"stream.<part>"`` of its ANOVA splits, for the runs :meth:`by` selects."""
+        def get(run: ReadoutRun) -> float:
+            obj = run
+            for part in field.split("."):
+                obj = getattr(obj, part)
+            return float(obj)
+        return np.array([get(r) for r in self.by(setting, n_train)], dtype=float)
 
 
-def run(settings: ReadoutSettings | None = None) -> ReadoutSweep:
-    """Train and measure every (head setting, seed).
+def relative_separation(bank: torch.Tensor, z: torch.Tensor, kind: str = "min") -> torch.Tensor:
+    """Separation of each head's prototypes in units of the spread of the tokens it sees:
+    ``separation(bank[h], kind) / sqrt(mean_t ||z_t - mean z||^2)``, shape (H,).
 
-    In the paper profile every finished (setting, seed) run is checkpointed, and so is the
-    training state within a run after every epoch (:class:`RunDir`).
+    The input projection learns the scale of its space, so a raw distance between prototypes
+    is not comparable between two models; this ratio is (it does not change when a head's
+    space is scaled). ``bank`` (H, K, d); ``z`` (N, H, d) the projected tokens.
     """
+    if bank.dim() != 3 or z.dim() != 3 or z.shape[1:] != (bank.shape[0], bank.shape[2]):
+        raise ValueError(f"z: expected (N, H, d) tokens matching bank (H, K, d) "
+                         f"{tuple(bank.shape)}, got {tuple(z.shape)}")
+    z = z.double()
+    spread = ((z - z.mean(0)) ** 2).sum(-1).mean(0).sqrt()                  # (H,)
+    return separation(bank.double(), kind) / spread
+
+
+@torch.no_grad()
+def measure(model: ViTDDCL, x: torch.Tensor, y: torch.Tensor, chunk: int = 1000) -> dict:
+    """The measurements of :class:`ReadoutRun` of one model on the pool ``x`` (N, T, p) with
+    labels ``y`` (N,), in evaluation mode and in chunks of ``chunk`` images."""
+    was_training = model.training
+    model.eval()
+    logits, stream, tokens, q, z = [], [], [], [], []
+    l_q = v = 0.0
+    for i in range(0, x.shape[0], chunk):
+        out = model(x[i:i + chunk])
+        logits.append(out.logits)
+        stream.append(out.stream)
+        tokens.append(out.tokens)
+        q.append(out.readout.assignments)                                  # (b, H, T, K)
+        z.append(out.readout.z)                                            # (b, H, T, d)
+        share = out.logits.shape[0] / x.shape[0]
+        l_q += share * float(out.readout.losses.l_q)
+        v += share * float(out.readout.losses.v)
+    model.train(was_training)
+    logits, q, z = torch.cat(logits), torch.cat(q), torch.cat(z)
+    labels = y.cpu().numpy()
+    correct = (logits.argmax(-1) == y).cpu().numpy()
+    heads = q.shape[1]
+    z_flat = z.transpose(1, 2).reshape(-1, heads, z.shape[-1])            # (N*T, H, d)
+    bank = model.readout.prototypes.detach()
+    return dict(
+        eval_acc=float(correct.mean()),
+        final=metrics.anova_split(torch.cat(tokens).double().cpu().numpy(), labels),
+        stream=metrics.anova_split(torch.cat(stream).double().cpu().numpy(), labels),
+        fraction_used=float(np.mean([usage(q[:, h]).fraction_used for h in range(heads)])),
+        perplexity=float(np.mean([float(perplexity(q[:, h])) for h in range(heads)])),
+        separation_min=float(separation(bank, "min").mean()),
+        separation_mean=float(separation(bank, "mean").mean()),
+        relative_min=float(relative_separation(bank, z_flat, "min").mean()),
+        relative_mean=float(relative_separation(bank, z_flat, "mean").mean()),
+        l_q=l_q, v=v, correct=np.packbits(correct.astype(np.uint8)).tobytes(),
+        n_eval=int(len(labels)))
+
+
+class BestState(nn.Module):
+    """The lowest validation loss of a run so far, its epoch (1-based; 0 before the first) and
+    a copy of the model's state then. All are buffers, so the training loop checkpoints them
+    with the model and a resumed run keeps them."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.keys = list(model.state_dict())
+        self.register_buffer("best_loss", torch.tensor(math.inf, dtype=torch.float64))
+        self.register_buffer("best_epoch", torch.zeros((), dtype=torch.long))
+        for i, value in enumerate(model.state_dict().values()):
+            self.register_buffer(f"s{i}", value.detach().clone())
+
+    @torch.no_grad()
+    def update(self, model: nn.Module, loss: float, epoch: int) -> bool:
+        """Keep the model's state when ``loss`` is the lowest so far; whether it was."""
+        if not loss < float(self.best_loss):
+            return False
+        self.best_loss.fill_(loss)
+        self.best_epoch.fill_(epoch)
+        for i, value in enumerate(model.state_dict().values()):
+            getattr(self, f"s{i}").copy_(value)
+        return True
+
+    def restore(self, model: nn.Module) -> None:
+        """Put the kept state back into ``model``."""
+        model.load_state_dict({k: getattr(self, f"s{i}") for i, k in enumerate(self.keys)})
+
+
+@torch.no_grad()
+def _scores(model: ViTDDCL, x: torch.Tensor, y: torch.Tensor,
+            chunk: int = 1000) -> tuple[float, float]:
+    """Mean cross-entropy and accuracy of ``model`` on ``x`` (N, T, p), ``y`` (N,)."""
+    was_training = model.training
+    model.eval()
+    loss = right = 0.0
+    for i in range(0, x.shape[0], chunk):
+        logits = model(x[i:i + chunk]).logits
+        loss += float(F.cross_entropy(logits, y[i:i + chunk], reduction="sum"))
+        right += float((logits.argmax(-1) == y[i:i + chunk]).sum())
+    model.train(was_training)
+    return loss / x.shape[0], right / x.shape[0]
+
+
+def train_one(s: ReadoutSettings, tensors: dict[str, torch.Tensor], n_train: int, setting: str,
+              seed: int, num_classes: int, device: str,
+              ckpt: RunDir | None = None) -> ReadoutRun:
+    """Train one ViT + DDCL readout on the first ``n_train`` images of ``tensors`` (patches of
+    :func:`~ddcl_theory.experiments.laplacian_vit.study_patches`: ``x_fit, y_fit, x_val, y_val,
+    x_eval, y_eval``), early stopped at its lowest validation loss, and measure it there
+    (:func:`measure`). Deterministic given the seed on the CPU; resumable after every epoch
+    through ``ckpt``."""
+    dtype = torch.float64 if s.float64 else torch.float32
+    with _default_dtype(dtype):        # every tensor a run creates, its weights included
+        return _train_one(s, tensors, n_train, setting, seed, num_classes, device, ckpt, dtype)
+
+
+@contextlib.contextmanager
+def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    """torch's default floating dtype set to ``dtype`` inside, restored after."""
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(before)
+
+
+def _train_one(s: ReadoutSettings, tensors: dict[str, torch.Tensor], n_train: int,
+               setting: str, seed: int, num_classes: int, device: str, ckpt: RunDir | None,
+               dtype: torch.dtype) -> ReadoutRun:
+    x, y = tensors["x_fit"][:n_train].to(device, dtype), tensors["y_fit"][:n_train].to(device)
+    x_val, y_val = tensors["x_val"].to(device, dtype), tensors["y_val"].to(device)
+    gen = profile.seed_everything(seed)
+    n_lap = laplacian_count(setting, s.heads)
+    model = ViTDDCL(x.shape[1], x.shape[2], num_classes, dim=s.dim, depth=s.depth,
+                    heads=s.heads, laplacian_heads=n_lap, mlp_ratio=s.mlp_ratio,
+                    num_prototypes=s.num_prototypes, ddcl_heads=s.ddcl_heads,
+                    temperature=s.temperature).to(device, dtype)
+    model.init_prototypes_from(x[:INIT_IMAGES], generator=gen)
+    best = BestState(model).to(device)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=s.lr,
+                            weight_decay=s.weight_decay)
+    steps = math.ceil(n_train / s.batch_size)
+    total = s.epochs * steps
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda step: 0.5 * (1 + math.cos(math.pi * min(step, total) / total)))
+
+    def batches(_epoch: int) -> Iterator[torch.Tensor]:
+        order = torch.randperm(n_train, generator=gen).to(device)
+        return (order[i * s.batch_size:(i + 1) * s.batch_size] for i in range(steps))
+
+    def objective(forward, idx: torch.Tensor) -> torch.Tensor:
+        out = forward(x[idx])
+        return F.cross_entropy(out.logits, y[idx]) + s.beta * out.readout.losses.l_q
+
+    def end_of_round(r: int) -> dict:
+        loss, acc = _scores(model, x_val, y_val)
+        best.update(model, loss, r + 1)
+        return {"val_loss": loss, "val_acc": acc,
+                "stop": r + 1 - int(best.best_epoch) >= s.patience}
+
+    key = f"n={n_train},setting={setting},seed={seed}"
+    log = fit(model, opt, rounds=s.epochs, batches=batches, loss=objective, device=device,
+              run=ckpt, name=f"state-{key}", schedulers=[sched], generators={"gen": gen},
+              modules={"best": best}, end_of_round=end_of_round, stop_if=lambda m: m["stop"],
+              desc=f"ViT+DDCL {key}")
+    best.restore(model)
+    measured = measure(model, tensors["x_eval"].to(device, dtype), tensors["y_eval"].to(device))
+    return ReadoutRun(
+        n_train=n_train, setting=setting, laplacian_heads=n_lap, seed=int(seed),
+        val_loss=tuple(float(m["val_loss"]) for m in log.metrics),
+        val_acc=tuple(float(m["val_acc"]) for m in log.metrics),
+        train_loss=tuple(float(np.mean(r)) for r in log.losses),
+        best_epoch=int(best.best_epoch), epochs=s.epochs, patience=s.patience, **measured)
+
+
+@contextlib.contextmanager
+def _threads(n: int | None) -> Iterator[None]:
+    """torch and the BLAS under numpy (the metrics) limited to ``n`` threads (None: as is)."""
+    with num_threads(n), (threadpool_limits(limits=n) if n is not None
+                          else contextlib.nullcontext()):
+        yield
+
+
+def run(settings: ReadoutSettings | None = None,
+        images: lv.StudyImages | None = None) -> ReadoutStudy:
+    """Train and measure every (image count, head setting, seed). ``images`` default:
+    :func:`~ddcl_theory.experiments.laplacian_vit.load_study_images` (the CIFAR-10 subset less
+    its validation split, and the evaluation pool). Every finished run is kept in the run
+    directory (reference and paper profiles), and so is the state within a run after every
+    epoch, so a killed experiment resumes."""
     s = settings or ReadoutSettings.from_profile()
+    images = images or lv.load_study_images(s.n_val, s.n_test)
     device = profile.current().device
     ckpt = RunDir("laplacian_readout", s)
-    with num_threads(s.vit.threads):
-        *tensors, source, num_classes = lv.prepare_patches(s.vit)
-        done = [ckpt.unit(f"setting={setting},seed={seed}",
-                          functools.partial(train_one, s, setting, seed, tuple(tensors),
-                                            num_classes, device, ckpt))
-                for setting in s.vit.head_settings for seed in s.vit.seeds]
+    runs: list[ReadoutRun] = []
+    with _threads(s.threads):
+        for n in s.n_train:
+            tensors = lv.study_patches(images, n, s.patch)
+            runs += [ckpt.unit(f"n={n},setting={setting},seed={seed}",
+                               lambda n=n, setting=setting, seed=seed, tensors=tensors:
+                               train_one(s, tensors, n, setting, seed, images.num_classes,
+                                         device, ckpt))
+                     for setting in SETTINGS for seed in s.seeds]
     ckpt.finish()
-    return ReadoutSweep(s, done, source, num_classes, tokens=int(tensors[0].shape[1]))
+    tokens = (images.x_fit.shape[1] // s.patch) ** 2
+    return ReadoutStudy(s, runs, images.source, images.num_classes, tokens)

@@ -1,57 +1,62 @@
-"""Claims L6-L9 of Zhang & Papyan 2026 with paired seeds, plateau flags and a scale trend.
+"""Claims L6-L8 of Zhang & Papyan 2026: a head-count study of a ViT with paired seeds.
 
-Two studies, each a set of (head setting, seed) runs whose seeds are paired: seed s gives every
-head setting the same initialisation stream (a Laplacian head has no parameter of its own, so the
-models of all settings draw the same weights) and the same batches.
+The study is a set of (head setting, seed) runs whose seeds are paired: seed s gives every head
+setting the same initialisation (a Laplacian head has no parameter of its own, so the models of
+all settings draw the same weights) and the same batches.
 
-* **ViT** (L6, L7, L8): the ViT of :mod:`ddcl_theory.experiments.laplacian_vit`, trained by its
-  one training path :func:`~ddcl_theory.experiments.laplacian_vit.train_vit` (AdamW, cosine
-  schedule over the whole run) on the first ``n_train`` CIFAR-10 images; the next ``n_val``
-  training images are a validation split whose loss is recorded after every epoch (the plateau
-  curve). At the epochs in ``checkpoints`` (the scales of the trend; the last is the end of the
-  run) the test images are measured: accuracy, the ANOVA shares of the last layer's token
-  representations, NC1 of their sequence means, the participation ratio and k99 of the tokens,
-  and training accuracy and NC1 on ``n_train_eval`` training images (how close the run is to the
-  terminal phase).
-* **GPT** (L9): the character GPT of :mod:`ddcl_theory.models.char_gpt` on Tiny Shakespeare,
-  none vs ``l9_setting`` Laplacian heads per layer (5, as in the paper), trained for ``steps``
-  steps in ``rounds`` rounds; after every round (and before the first) the fixed validation
-  windows give the validation loss and the CDNV of next-character classes, so the CDNV can be
-  compared at a matched validation loss (:func:`ddcl_theory.metrics.matched.at_matched_loss`).
+* **ViT** (L6, L7, L8): the ViT of :mod:`ddcl_theory.experiments.laplacian_vit` on CIFAR-10,
+  three parts, every run a separate one:
+
+  - the *sweep*: every head setting at each training-image count of ``n_train`` (the scale
+    axis), each run read at its validation optimum (early stopping on a validation split carved
+    from the training images, under a cosine schedule) and measured on the evaluation pool
+    (``n_test`` images of the training set that no run trains on): accuracy, the absolute ANOVA
+    variances of the tokens after every block and after the final LayerNorm, NC1, k99 and the
+    participation ratio;
+  - the *terminal* runs (L7's Neural Collapse): none and all heads Laplacian on a small training
+    set, fitted to about 100% training accuracy by a long schedule without early stopping, NC1
+    read on the training images at the end;
+  - the *wide* runs (L8's k99): none and all heads Laplacian at width ``wide.dim`` on
+    ``wide.n_train`` images, whose width-``dim`` twins are the sweep's runs at that count.
+
+  The seeds of one setting train together as one stacked model
+  (:func:`~ddcl_theory.experiments.laplacian_vit.train_vit_stack`), each seed the twin of its
+  sequential run.
+
+The language-model study of claim L9 is :mod:`ddcl_theory.experiments.laplacian_lm`.
 """
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from threadpoolctl import threadpool_limits
 
 from ddcl_theory.experiments import laplacian_vit as lv
-from ddcl_theory.experiments.laplacian_common import bad_head_settings, laplacian_count
-from ddcl_theory.experiments.laplacian_gpt import (
-    next_char_loss,
-    next_char_windows,
-    text_splits,
+from ddcl_theory.experiments.laplacian_common import (
+    HEAD_SETTINGS,
+    SMOKE_HEAD_SETTINGS,
+    bad_head_settings,
+    laplacian_count,
 )
 from ddcl_theory.metrics import geometry as metrics
-from ddcl_theory.metrics.convergence import convergence
 from ddcl_theory.metrics.participation import participation_ratio
-from ddcl_theory.models.char_gpt import CharGPT
 from ddcl_theory.models.vit import ViT
 from ddcl_theory.runtime import profile
 from ddcl_theory.runtime.rundir import RunDir
-from ddcl_theory.runtime.settings import Settings, nested, setting
+from ddcl_theory.runtime.settings import Settings, confirmatory_seeds, nested, setting
 from ddcl_theory.runtime.threads import num_threads
-from ddcl_theory.runtime.training import fit
 
-__all__ = ["ViTStudySettings", "ViTPoint", "ViTStudyRun", "ViTStudy", "GPTStudySettings",
-           "GPTPoint", "GPTStudyRun", "GPTStudy", "run_vit", "run_gpt", "train_vit_run",
-           "train_gpt_run"]
+__all__ = ["TerminalSettings", "WidthSettings", "ViTStudySettings", "ViTRun", "ViTStudy",
+           "run_vit", "train_vit_stack_runs", "measure_vit"]
+
+#: The parts of the ViT study (see the module docstring).
+PARTS = ("sweep", "terminal", "wide")
+#: The head settings of the terminal and wide runs: the comparison L7 and L8 name.
+PAIR = ("0", "all")
 
 
 @contextlib.contextmanager
@@ -68,330 +73,301 @@ def _threads(n: int | None) -> Iterator[None]:
 # ============================================================================================
 
 @dataclass(frozen=True)
+class TerminalSettings(Settings):
+    """The terminal-phase runs (L7's Neural Collapse): ``n_train`` images (the first of the fit
+    pool) fitted for ``epochs`` epochs under a cosine schedule, no early stopping, none and all
+    heads Laplacian, on ``seeds``."""
+
+    n_train: int = setting(100, reference=1000, paper=1000, smoke=16, ge=10)
+    epochs: int = setting(150, reference=100, paper=200, smoke=1, ge=1)
+    seeds: tuple[int, ...] = setting((0, 1, 2), reference=confirmatory_seeds(20),
+                                     paper=(0, 1, 2, 3, 4), smoke=(0,), ge=0, nonempty=True)
+
+
+@dataclass(frozen=True)
+class WidthSettings(Settings):
+    """The wide runs (L8's k99): the study's model at width ``dim``, none and all heads
+    Laplacian, at ``n_train`` training images (one of the sweep's counts, whose runs give the
+    narrow point), read at the validation optimum like the sweep, on ``seeds``."""
+
+    dim: int = setting(64, reference=128, paper=384, ge=1)
+    n_train: int = setting(400, reference=3000, paper=1000, smoke=16, ge=1)
+    seeds: tuple[int, ...] = setting((0, 1, 2), reference=confirmatory_seeds(10),
+                                     paper=(0, 1, 2, 3, 4), smoke=(0,), ge=0, nonempty=True)
+
+
+@dataclass(frozen=True)
 class ViTStudySettings(Settings):
-    """The ViT study: ``vit`` (model, optimiser, run length ``vit.epochs``, seeds, head
-    settings), the validation split, the checkpoint epochs (scales) and the training images on
-    which training accuracy and NC1 are measured.
+    """The ViT study of L6-L8: data, model, optimiser, early stopping, head settings, seeds,
+    and its terminal and wide parts.
 
-    cpu: the small run (3000 images, 4 epochs, 3 seeds) measured after epochs 1, 2 and 4;
-    reference: the same model on 3000 images for 20 epochs, 5 paired seeds (the rules' number),
-    measured after epochs 5, 10 and 20; paper: the paper-profile ViT for 60 epochs, 5 seeds."""
+    ``n_train``: the training-image counts of the sweep (separate runs, the scale axis);
+    ``n_val``: the validation split, carved from the end of the CIFAR-10 subset; ``n_test``: the
+    evaluation pool (:func:`ddcl_theory.data.cifar10_eval_pool`, never trained on);
+    ``n_train_eval``: training images on which training accuracy and NC1 are measured;
+    ``epochs``: the cosine schedule's length (the cap); ``patience``: epochs without a new lowest
+    validation loss after which a seed is done (the stack stops when every seed is).
 
-    vit: lv.ViTSettings = nested(
-        lv.ViTSettings,
-        epochs=setting(4, reference=20, paper=60, smoke=1),
-        seeds=setting((0, 1, 2), reference=(0, 1, 2, 3, 4), paper=(0, 1, 2, 3, 4), smoke=(0,)))
-    n_val: int = setting(500, paper=1000, smoke=64, ge=1)
-    checkpoints: tuple[int, ...] = setting((1, 2, 4), reference=(5, 10, 20), paper=(15, 30, 60),
-                                           smoke=(1,), ge=1, nonempty=True)
-    n_train_eval: int = setting(500, reference=1000, paper=2000, smoke=64, ge=1)
+    cpu: a small sweep (200, 400 and 800 images, 3 seeds) that CI replays; reference: 1,000,
+    3,000 and 9,000 images on 22 confirmatory seeds (the terminal runs on 20, the wide runs on
+    10: the rules' seeds, about an hour of one core in all); paper: the paper-profile ViT (width 192,
+    6 layers, 4x4 patches) on the same counts."""
+
+    n_train: tuple[int, ...] = setting((200, 400, 800), reference=(1000, 3000, 9000),
+                                       paper=(1000, 3000, 9000), smoke=(16,), ge=1,
+                                       nonempty=True)
+    n_val: int = setting(250, reference=1000, paper=1000, smoke=16, ge=1)
+    n_test: int = setting(2000, reference=10_000, paper=10_000, smoke=20, ge=10)
+    n_train_eval: int = setting(250, reference=1000, paper=1000, smoke=16, ge=1)
+    patch: int = setting(8, paper=4, ge=1)
+    dim: int = setting(32, paper=192, ge=1)
+    depth: int = setting(2, paper=6, ge=1)
+    heads: int = setting(4, paper=6, ge=1)
+    mlp_ratio: int = setting(2, paper=4, ge=1)
+    batch_size: int = setting(128, ge=1)
+    epochs: int = setting(25, reference=30, paper=100, smoke=1, ge=1)
+    patience: int = setting(3, reference=5, paper=10, ge=1)
+    lr: float = setting(3e-3, paper=1e-3, gt=0)
+    weight_decay: float = setting(0.0, paper=0.05, ge=0)
+    head_settings: tuple[str, ...] = setting(HEAD_SETTINGS, smoke=SMOKE_HEAD_SETTINGS,
+                                             nonempty=True)
+    seeds: tuple[int, ...] = setting((0, 1, 2), reference=confirmatory_seeds(22),
+                                     paper=(0, 1, 2, 3, 4), smoke=(0,), ge=0, nonempty=True)
+    terminal: TerminalSettings = nested(TerminalSettings)
+    wide: WidthSettings = nested(WidthSettings)
+    threads: int | None = setting(1, paper=None, ge=1)
 
     def check(self) -> None:
-        cps = self.checkpoints
-        if list(cps) != sorted(set(cps)) or cps[-1] != self.vit.epochs:
-            raise ValueError(f"ViTStudySettings.checkpoints: expected increasing epochs >= 1 "
-                             f"ending at vit.epochs={self.vit.epochs}, got {cps!r}")
-        if "0" not in self.vit.head_settings:
-            raise ValueError(f"ViTStudySettings.vit.head_settings: expected '0' (no Laplacian "
-                             f"head, the study's baseline) among them, got "
-                             f"{self.vit.head_settings!r}")
+        name = type(self).__name__
+        if list(self.n_train) != sorted(set(self.n_train)):
+            raise ValueError(f"{name}.n_train: expected increasing image counts, got "
+                             f"{self.n_train!r}")
+        if bad := bad_head_settings(self.head_settings, self.heads):
+            raise ValueError(f"{name}.head_settings: expected 'half', 'all' or counts in "
+                             f"[0, heads={self.heads}] as strings, got {bad}")
+        if not set(PAIR) <= set(self.head_settings):
+            raise ValueError(f"{name}.head_settings: expected {PAIR} (none and all heads "
+                             f"Laplacian, the comparisons of L6-L8) among them, got "
+                             f"{self.head_settings!r}")
+        for field, dim in (("dim", self.dim), ("wide.dim", self.wide.dim)):
+            if dim % self.heads:
+                raise ValueError(f"{name}.{field}: expected a multiple of heads={self.heads}, "
+                                 f"got {dim}")
+        if self.wide.n_train not in self.n_train:
+            raise ValueError(f"{name}.wide.n_train: expected one of n_train={self.n_train} "
+                             f"(its runs are the narrow point), got {self.wide.n_train}")
+        if self.n_test % 10:
+            raise ValueError(f"{name}.n_test: expected a multiple of the 10 classes, got "
+                             f"{self.n_test}")
 
     @property
     def scales(self) -> tuple[str, ...]:
-        """Labels of the checkpoints, e.g. ``"6 ep"``."""
-        return tuple(f"{e} ep" for e in self.checkpoints)
+        """Labels of the sweep's image counts, e.g. ``"3000 images"``."""
+        return tuple(f"{n} images" for n in self.n_train)
 
 
 @dataclass(frozen=True)
-class ViTPoint:
-    """Measurements of one run after ``epoch`` epochs (test images unless named train)."""
+class ViTRun:
+    """One trained ViT of the study, read at its validation optimum (``best_epoch``; the
+    terminal runs at their last epoch) and measured on the evaluation pool (tokens of every
+    image, ANOVA per token) and on training images. ``train_loss``: the mean training loss of
+    every epoch run; ``val_loss``, ``val_acc``: after every epoch (the terminal runs: after the
+    last only).
 
-    epoch: int
-    val_loss: float
-    test_acc: float
-    train_acc: float
-    within_seq: float
-    between_class: float
-    nc1: float
-    nc1_train: float
-    pr: float               # participation ratio of the tokens after the final LayerNorm
-    k99: int
-    pr_stream: float        # the same on the residual stream before the final LayerNorm
+    ``stream[l]``: the absolute ANOVA split of the residual stream after block ``l + 1``
+    (before any LayerNorm); ``final``: after the final LayerNorm, the tokens whose mean the
+    classifier reads. NC1 of the pool, ``k99`` and ``pr`` (participation ratio) are of the
+    final tokens; ``k99_stream``, ``pr_stream`` of the last block's output before it.
+    ``correct``: the pool's per-image correctness, packed bits (:attr:`correct_items`).
+    """
 
-
-@dataclass(frozen=True)
-class ViTStudyRun:
+    part: str
+    n_train: int
+    dim: int
     setting: str
     laplacian_heads: int
     seed: int
-    curve: tuple[float, ...]         # validation loss after every epoch (the plateau curve)
-    train_curve: tuple[float, ...]   # mean training loss of every epoch
-    points: tuple[ViTPoint, ...]     # one per checkpoint, in order
-    plateau: bool                    # convergence(curve).plateau at the end of the run
-    change: float                    # convergence(curve).change
-    attn_sign_balance: float | None
-    lap_sign_balance: float | None
+    val_loss: tuple[float, ...]
+    val_acc: tuple[float, ...]
+    train_loss: tuple[float, ...]
+    best_epoch: int
+    epochs: int
+    patience: int | None
+    eval_acc: float
+    train_acc: float
+    nc1_train: float
+    etf_gap_train: float
+    stream: tuple[metrics.AnovaSplit, ...]
+    final: metrics.AnovaSplit
+    nc1: float
+    k99: int
+    pr: float
+    k99_stream: int
+    pr_stream: float
+    correct: bytes
+    n_eval: int
 
     @property
-    def final(self) -> ViTPoint:
-        return self.points[-1]
+    def epochs_run(self) -> int:
+        return len(self.train_loss)
+
+    @property
+    def past_optimum(self) -> bool:
+        """Stopped by early stopping: ``patience`` epochs without a new lowest validation loss
+        followed the optimum (not cut by the cap). False for runs without early stopping."""
+        return self.patience is not None and self.epochs_run - self.best_epoch >= self.patience
+
+    @property
+    def correct_items(self) -> np.ndarray:
+        """Per image of the evaluation pool, 1 where the prediction is right, (n_eval,)."""
+        return np.unpackbits(np.frombuffer(self.correct, dtype=np.uint8))[: self.n_eval]
+
+
+@torch.no_grad()
+def _forward_all(model: ViT, x: torch.Tensor, chunk: int = 1000
+                 ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
+    """Logits (N, C), the residual streams after each block [(N, T, d)] and the final
+    LayerNorm's tokens (N, T, d) of ``model`` on ``x`` (N, T, p), in chunks."""
+    logits, streams, final = [], [], []
+    for i in range(0, x.shape[0], chunk):
+        out, states = model(x[i:i + chunk], return_hidden=True)
+        logits.append(out)
+        streams.append(states[1:])
+        final.append(model.norm(states[-1]))
+    return (torch.cat(logits), [torch.cat(s) for s in zip(*streams)], torch.cat(final))
+
+
+def _numpy(t: torch.Tensor) -> np.ndarray:
+    return t.double().cpu().numpy()
+
+
+def measure_vit(model: ViT, x_eval: torch.Tensor, y_eval: torch.Tensor,
+                x_train: torch.Tensor, y_train: torch.Tensor) -> dict:
+    """The measurements of :class:`ViTRun` of one model (evaluation mode): on the pool
+    ``x_eval`` (N, T, p) accuracy, per-image correctness, the ANOVA splits, NC1, k99 and the
+    participation ratio; on training images ``x_train`` accuracy, NC1 and the ETF gap of the
+    final tokens' sequence means."""
+    logits, streams, final = _forward_all(model, x_eval)
+    labels = y_eval.cpu().numpy()
+    correct = (logits.argmax(-1) == y_eval).cpu().numpy()
+    split = [metrics.anova_split(_numpy(s), labels) for s in streams]
+    tokens = _numpy(final)
+    flat = tokens.reshape(-1, tokens.shape[-1])
+    stream_flat = _numpy(streams[-1]).reshape(-1, tokens.shape[-1])
+    tr_logits, _, tr_final = _forward_all(model, x_train)
+    collapse = metrics.neural_collapse(_numpy(tr_final.mean(1)), y_train.cpu().numpy())
+    return dict(
+        eval_acc=float(correct.mean()),
+        train_acc=float((tr_logits.argmax(-1) == y_train).float().mean()),
+        nc1_train=collapse.nc1, etf_gap_train=collapse.etf_gap,
+        stream=tuple(split), final=metrics.anova_split(tokens, labels),
+        nc1=metrics.neural_collapse(tokens.mean(axis=1), labels).nc1,
+        k99=metrics.k99(flat), pr=participation_ratio(flat),
+        k99_stream=metrics.k99(stream_flat), pr_stream=participation_ratio(stream_flat),
+        correct=np.packbits(correct.astype(np.uint8)).tobytes(), n_eval=int(len(labels)))
+
+
+def train_vit_stack_runs(settings: ViTStudySettings, images: lv.StudyImages, part: str,
+                         n_train: int, dim: int, setting: str, seeds: Sequence[int],
+                         device: str, ckpt: RunDir | None = None) -> list[ViTRun]:
+    """The runs of one (part, image count, width, head setting): its seeds trained together
+    (:func:`~ddcl_theory.experiments.laplacian_vit.train_vit_stack`), early stopped at their
+    validation optima (the terminal part: to the end of its schedule), each measured by
+    :func:`measure_vit`. Deterministic given the seeds; resumable after every epoch."""
+    if part not in PARTS:
+        raise ValueError(f"part: expected one of {PARTS}, got {part!r}")
+    terminal = part == "terminal"
+    tensors = {k: v.to(device) for k, v in lv.study_patches(images, n_train,
+                                                            settings.patch).items()}
+    x, y = tensors["x_fit"], tensors["y_fit"]
+    n_lap = laplacian_count(setting, settings.heads)
+
+    def make(_seed: int) -> ViT:
+        return ViT(x.shape[1], x.shape[2], images.num_classes, dim=dim, depth=settings.depth,
+                   heads=settings.heads, laplacian_heads=n_lap, mlp_ratio=settings.mlp_ratio,
+                   pool="mean")
+
+    epochs = settings.terminal.epochs if terminal else settings.epochs
+    patience = None if terminal else settings.patience
+    key = f"{part},n={n_train},d={dim},setting={setting}"
+    models, log = lv.train_vit_stack(
+        make, seeds, x, y, tensors["x_val"], tensors["y_val"], device, epochs=epochs,
+        lr=settings.lr, weight_decay=settings.weight_decay, batch_size=settings.batch_size,
+        patience=patience, run=ckpt, name=key, desc=f"ViT {key}")
+    n_ev = n_train if terminal else min(settings.n_train_eval, n_train)
+    runs = []
+    for i, (seed, model) in enumerate(zip(seeds, models)):
+        measured = measure_vit(model, tensors["x_eval"], tensors["y_eval"], x[:n_ev], y[:n_ev])
+        runs.append(ViTRun(
+            part=part, n_train=n_train, dim=dim, setting=setting, laplacian_heads=n_lap,
+            seed=int(seed), val_loss=tuple(log.val_loss[:, i].tolist()),
+            val_acc=tuple(log.val_acc[:, i].tolist()),
+            train_loss=tuple(log.train_loss[:, i].tolist()), best_epoch=int(log.best_epoch[i]),
+            epochs=epochs, patience=patience, **measured))
+    return runs
 
 
 @dataclass
 class ViTStudy:
+    """Every run of the ViT study, and what the decisions read of the data."""
+
     settings: ViTStudySettings
-    runs: list[ViTStudyRun]
+    runs: list[ViTRun]
     source: str
     num_classes: int
     tokens: int
 
-    def by(self, setting: str) -> list[ViTStudyRun]:
-        """The runs of one head setting in seed order."""
-        return sorted((r for r in self.runs if r.setting == setting), key=lambda r: r.seed)
+    def by(self, setting: str, *, part: str = "sweep", n_train: int | None = None,
+           dim: int | None = None) -> list[ViTRun]:
+        """The runs of one head setting in one part, in seed order (``n_train`` default: the
+        sweep's largest count, else the part's own; ``dim`` default: the part's width)."""
+        st = self.settings
+        if n_train is None:
+            n_train = {"sweep": st.n_train[-1], "terminal": st.terminal.n_train,
+                       "wide": st.wide.n_train}[part]
+        if dim is None:
+            dim = st.wide.dim if part == "wide" else st.dim
+        return sorted((r for r in self.runs if (r.part, r.setting, r.n_train, r.dim)
+                       == (part, setting, n_train, dim)), key=lambda r: r.seed)
 
-    def values(self, setting: str, field: str, at: int = -1) -> np.ndarray:
-        """(seeds,) of a :class:`ViTPoint` field at checkpoint index ``at``."""
-        return np.array([getattr(r.points[at], field) for r in self.by(setting)], dtype=float)
+    def values(self, field: str, setting: str, **where) -> np.ndarray:
+        """(seeds,) of a :class:`ViTRun` attribute, or ``"final.<part>"`` / ``"stream.<l>.<part>"``
+        of its ANOVA splits, for the runs :meth:`by` selects."""
+        def get(run: ViTRun) -> float:
+            obj = run
+            for part in field.split("."):
+                obj = obj[int(part)] if part.lstrip("-").isdigit() else getattr(obj, part)
+            return float(obj)
+        return np.array([get(r) for r in self.by(setting, **where)], dtype=float)
 
     def counts(self) -> dict[str, int]:
-        """Laplacian heads per layer of each setting."""
-        return {s: laplacian_count(s, self.settings.vit.heads)
-                for s in self.settings.vit.head_settings}
+        """Laplacian heads per layer of each head setting of the sweep."""
+        return {s: laplacian_count(s, self.settings.heads) for s in self.settings.head_settings}
 
 
-def _vit_tensors(settings: ViTStudySettings) -> tuple:
-    """(fit patches, fit labels, val patches, val labels, test patches, test labels, source,
-    classes): the first ``n_train`` training images are fitted, the next ``n_val`` validate."""
-    st = settings.vit
-    both = dataclasses.replace(st, n_train=st.n_train + settings.n_val)
-    p_tr, y_tr, p_te, y_te, source, classes = lv.prepare_patches(both)
-    n = st.n_train
-    return p_tr[:n], y_tr[:n], p_tr[n:], y_tr[n:], p_te, y_te, source, classes
-
-
-def _measure_vit(model: ViT, epoch: int, val_loss: float, p_te, y_te, p_ev, y_ev) -> ViTPoint:
-    with torch.no_grad():
-        logits, states = model(p_te, return_hidden=True)
-        tokens = model.norm(states[-1])
-        ev_logits, ev_states = model(p_ev, return_hidden=True)
-        ev_means = model.norm(ev_states[-1]).mean(1)
-    tok = tokens.double().cpu().numpy()
-    flat = tok.reshape(-1, tok.shape[-1])
-    labels = y_te.cpu().numpy()
-    fr = metrics.anova_split(tok, labels).fractions()
-    stream = states[-1].double().cpu().numpy()
-    return ViTPoint(
-        epoch=epoch, val_loss=val_loss,
-        test_acc=float((logits.argmax(-1) == y_te).float().mean()),
-        train_acc=float((ev_logits.argmax(-1) == y_ev).float().mean()),
-        within_seq=fr["within_sequence"], between_class=fr["between_class"],
-        nc1=metrics.neural_collapse(tok.mean(axis=1), labels).nc1,
-        nc1_train=metrics.neural_collapse(ev_means.double().cpu().numpy(),
-                                          y_ev.cpu().numpy()).nc1,
-        pr=participation_ratio(flat), k99=metrics.k99(flat),
-        pr_stream=participation_ratio(stream.reshape(-1, stream.shape[-1])))
-
-
-def train_vit_run(settings: ViTStudySettings, setting: str, seed: int, tensors: tuple,
-                  num_classes: int, device: str, ckpt: RunDir | None = None) -> ViTStudyRun:
-    """Train one ViT of the study and measure it at every checkpoint; deterministic given the
-    seed; resumable after every epoch through ``ckpt``."""
-    p_tr, y_tr, p_va, y_va, p_te, y_te = (t.to(device) for t in tensors)
-    st = settings.vit
-    gen = profile.seed_everything(seed)
-    n_lap = laplacian_count(setting, st.heads)
-    model = ViT(p_tr.shape[1], p_tr.shape[2], num_classes, dim=st.dim, depth=st.depth,
-                heads=st.heads, laplacian_heads=n_lap, mlp_ratio=st.mlp_ratio,
-                pool="mean").to(device)
-    p_ev, y_ev = p_tr[:settings.n_train_eval], y_tr[:settings.n_train_eval]
-
-    def end_of_round(r: int) -> dict:
-        model.eval()
-        with torch.no_grad():
-            val = float(F.cross_entropy(model(p_va), y_va))
-        out: dict = {"val_loss": val}
-        if r + 1 in settings.checkpoints:
-            out["point"] = dataclasses.asdict(_measure_vit(model, r + 1, val, p_te, y_te,
-                                                           p_ev, y_ev))
-        model.train()
-        return out
-
-    log = lv.train_vit(model, st, p_tr, y_tr, gen, device, end_of_round=end_of_round,
-                       run=ckpt, name=f"study-setting={setting},seed={seed}",
-                       desc=f"ViT {setting} seed {seed}")
-    curve = tuple(float(m["val_loss"]) for m in log.metrics)
-    conv = convergence(curve)
-    attn, lap = lv.head_sign_balances(model)
-    return ViTStudyRun(setting, n_lap, seed, curve,
-                       tuple(float(np.mean(x)) for x in log.losses),
-                       tuple(ViTPoint(**m["point"]) for m in log.metrics if "point" in m),
-                       conv.plateau, float(conv.change), attn, lap)
-
-
-def run_vit(settings: ViTStudySettings | None = None) -> ViTStudy:
-    """Every (head setting, seed) run of the ViT study; finished runs are kept in the run
-    directory (reference and paper profiles) and a killed sweep resumes."""
+def run_vit(settings: ViTStudySettings | None = None,
+            images: lv.StudyImages | None = None) -> ViTStudy:
+    """Every run of the ViT study: the sweep (each image count, each head setting), the
+    terminal runs and the wide runs, the seeds of each stacked. ``images`` default:
+    :func:`~ddcl_theory.experiments.laplacian_vit.load_study_images`. Finished stacks are kept
+    in the run directory (reference and paper profiles) and a killed study resumes."""
     settings = settings or ViTStudySettings.from_profile()
+    images = images or lv.load_study_images(settings.n_val, settings.n_test)
     device = profile.current().device
     ckpt = RunDir("laplacian_study_vit", settings)
-    with _threads(settings.vit.threads):
-        *tensors, source, classes = _vit_tensors(settings)
-        runs = [ckpt.unit(f"setting={s},seed={seed}",
-                          lambda s=s, seed=seed: train_vit_run(settings, s, seed, tuple(tensors),
-                                                               classes, device, ckpt))
-                for seed in settings.vit.seeds for s in settings.vit.head_settings]
-    ckpt.finish()
-    return ViTStudy(settings, runs, source, classes, tokens=int(tensors[0].shape[1]))
-
-
-# ============================================================================================
-# GPT
-# ============================================================================================
-
-@dataclass(frozen=True)
-class GPTStudySettings(Settings):
-    """The GPT study (L9): model and budget, the rounds of evaluation and which of them are the
-    trend's scales (``checkpoints``, 1-based, the last is the end of the run).
-
-    cpu: width 32, 8 heads (5 Laplacian, the paper's count), 150 steps, 3 seeds; reference: the
-    same model for 600 steps, 5 paired seeds, scales after 150, 300 and 600 steps; paper: the
-    paper-profile GPT (block 256, width 384, 6 layers, 12 heads), 5000 steps."""
-
-    block_size: int = setting(32, paper=256, ge=1)
-    dim: int = setting(32, paper=384, ge=1)
-    depth: int = setting(2, paper=6, ge=1)
-    heads: int = setting(8, paper=12, ge=1)
-    mlp_ratio: int = setting(4, ge=1)
-    batch_size: int = setting(32, paper=64, smoke=4, ge=1)
-    steps: int = setting(150, reference=600, paper=5000, smoke=2, ge=1)
-    rounds: int = setting(6, reference=12, paper=20, smoke=2, ge=1)
-    checkpoints: tuple[int, ...] = setting((2, 3, 6), reference=(3, 6, 12), paper=(5, 10, 20),
-                                           smoke=(1, 2), ge=1, nonempty=True)
-    lr: float = setting(3e-3, paper=1e-3, gt=0)
-    eval_windows: int = setting(128, paper=512, smoke=16, ge=1)
-    cdnv_min_count: int = setting(10, ge=1)
-    seeds: tuple[int, ...] = setting((0, 1, 2), reference=(0, 1, 2, 3, 4),
-                                     paper=(0, 1, 2, 3, 4), smoke=(0,), ge=0, nonempty=True)
-    l9_setting: str = setting("5")
-    threads: int | None = setting(1, paper=None, ge=1)
-
-    def check(self) -> None:
-        if bad_head_settings((self.l9_setting,), self.heads):
-            raise ValueError(f"GPTStudySettings.l9_setting: expected 'half', 'all' or a count "
-                             f"in [0, heads={self.heads}] as a string, got {self.l9_setting!r}")
-        if self.steps % self.rounds:
-            raise ValueError(f"GPTStudySettings.rounds: expected a divisor of "
-                             f"steps={self.steps}, got {self.rounds}")
-        cps = self.checkpoints
-        if list(cps) != sorted(set(cps)) or cps[-1] != self.rounds:
-            raise ValueError(f"GPTStudySettings.checkpoints: expected increasing rounds >= 1 "
-                             f"ending at rounds={self.rounds}, got {cps!r}")
-
-    @property
-    def head_settings(self) -> tuple[str, str]:
-        return ("0", self.l9_setting)
-
-    @property
-    def scales(self) -> tuple[str, ...]:
-        per = self.steps // self.rounds
-        return tuple(f"{c * per} steps" for c in self.checkpoints)
-
-
-@dataclass(frozen=True)
-class GPTPoint:
-    step: int
-    val_loss: float
-    cdnv: float
-    pr: float
-
-
-@dataclass(frozen=True)
-class GPTStudyRun:
-    setting: str
-    laplacian_heads: int
-    seed: int
-    points: tuple[GPTPoint, ...]     # before training, then after every round
-    train_curve: tuple[float, ...]   # mean training loss of every round
-    plateau: bool                    # convergence of the validation curve (rounds)
-    change: float
-
-    @property
-    def curve(self) -> tuple[float, ...]:
-        """Validation loss after every round (the plateau curve)."""
-        return tuple(p.val_loss for p in self.points[1:])
-
-
-@dataclass
-class GPTStudy:
-    settings: GPTStudySettings
-    runs: list[GPTStudyRun]
-    source: str
-    vocab_size: int
-
-    def by(self, setting: str) -> list[GPTStudyRun]:
-        return sorted((r for r in self.runs if r.setting == setting), key=lambda r: r.seed)
-
-
-def train_gpt_run(settings: GPTStudySettings, setting: str, seed: int, train_ids: torch.Tensor,
-                  val_ids: torch.Tensor, vocab_size: int, device: str,
-                  ckpt: RunDir | None = None) -> GPTStudyRun:
-    """Train one GPT and measure it before training and after every round; deterministic given
-    the seed; resumable after every round through ``ckpt``."""
-    gen = profile.seed_everything(seed)
-    n_lap = laplacian_count(setting, settings.heads)
-    block = settings.block_size
-    model = CharGPT(vocab_size, block, dim=settings.dim, depth=settings.depth,
-                    heads=settings.heads, laplacian_heads=n_lap,
-                    mlp_ratio=settings.mlp_ratio).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=settings.steps)
-    per = settings.steps // settings.rounds
-    starts = torch.linspace(0, len(val_ids) - block - 2, settings.eval_windows).long().to(device)
-    x_val, y_val = next_char_windows(val_ids, starts, block)
-
-    def measure(step: int) -> dict:
-        model.eval()
-        with torch.no_grad():
-            logits, states = model(x_val, return_hidden=True)
-            flat = model.norm(states[-1]).reshape(-1, settings.dim).double().cpu().numpy()
-            loss = float(F.cross_entropy(logits.reshape(-1, vocab_size), y_val.reshape(-1)))
-        model.train()
-        return dataclasses.asdict(GPTPoint(
-            step, loss, metrics.cdnv(flat, y_val.reshape(-1).cpu().numpy(),
-                                     min_count=settings.cdnv_min_count),
-            participation_ratio(flat)))
-
-    first = measure(0)
-
-    def batches(_r: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        for _ in range(per):
-            s = torch.randint(0, len(train_ids) - block - 1, (settings.batch_size,),
-                              generator=gen).to(device)
-            yield next_char_windows(train_ids, s, block)
-
-    log = fit(model, opt, rounds=settings.rounds, batches=batches,
-              loss=lambda forward, xy: next_char_loss(forward, *xy), device=device, run=ckpt,
-              name=f"study-setting={setting},seed={seed}", schedulers=[sched],
-              generators={"gen": gen}, end_of_round=lambda r: measure((r + 1) * per),
-              desc=f"GPT {setting} seed {seed}")
-    points = (GPTPoint(**first),) + tuple(GPTPoint(**m) for m in log.metrics)
-    conv = convergence([p.val_loss for p in points[1:]])
-    return GPTStudyRun(setting, n_lap, seed, points,
-                       tuple(float(np.mean(x)) for x in log.losses), conv.plateau,
-                       float(conv.change))
-
-
-def run_gpt(settings: GPTStudySettings | None = None) -> GPTStudy:
-    """Every (head setting, seed) run of the GPT study (none and ``l9_setting`` Laplacian
-    heads); resumable like :func:`run_vit`."""
-    settings = settings or GPTStudySettings.from_profile()
-    device = profile.current().device
-    train_ids, val_ids, vocab, source = text_splits(device)
-    ckpt = RunDir("laplacian_study_gpt", settings)
+    jobs = [("sweep", n, settings.dim, s, settings.seeds)
+            for n in settings.n_train for s in settings.head_settings]
+    jobs += [("terminal", settings.terminal.n_train, settings.dim, s, settings.terminal.seeds)
+             for s in PAIR]
+    jobs += [("wide", settings.wide.n_train, settings.wide.dim, s, settings.wide.seeds)
+             for s in PAIR]
+    runs: list[ViTRun] = []
     with _threads(settings.threads):
-        runs = [ckpt.unit(f"setting={s},seed={seed}",
-                          lambda s=s, seed=seed: train_gpt_run(settings, s, seed, train_ids,
-                                                               val_ids, len(vocab), device, ckpt))
-                for seed in settings.seeds for s in settings.head_settings]
+        for part, n, dim, s, seeds in jobs:
+            runs += ckpt.unit(f"{part},n={n},d={dim},setting={s}",
+                              lambda part=part, n=n, dim=dim, s=s, seeds=seeds:
+                              train_vit_stack_runs(settings, images, part, n, dim, s, seeds,
+                                                   device, ckpt))
     ckpt.finish()
-    return GPTStudy(settings, runs, source, len(vocab))
+    tokens = (images.x_fit.shape[1] // settings.patch) ** 2
+    return ViTStudy(settings, runs, images.source, images.num_classes, tokens)

@@ -82,7 +82,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     _e("learned_attention", "LearnedAttentionSettings", causal=False),
     _e("overhead", "OverheadSettings"),
     _e("laplacian_study", "ViTStudySettings", "run_vit"),
-    _e("laplacian_study", "GPTStudySettings", "run_gpt"),
+    _e("laplacian_lm", "LMSettings"),
     _e("dense_features", "DenseSettings"),
     _e("soft_vq", "SoftVQSettings"),
     _e("orbital_debris", "DebrisSettings"),

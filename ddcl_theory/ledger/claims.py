@@ -6,8 +6,8 @@ those files with the registry below (anything not settled stays ``untested``) an
 :func:`write_claims_json` writes ``results/claims.json``. The committed reference-profile verdicts
 (``results/reference/verdicts``, ``make reference``) and a local paper-profile rerun's
 (``results/paper/verdicts``) are shown beside the cpu ones, and a claim's verdict is taken from
-the largest scale that settled it. Each empirical claim's verdict rule, fixed before the run, is
-data here (:data:`RULES`).
+the largest scale that settled it. Each empirical claim's verdict rule, frozen before its
+confirmatory run, is data in :mod:`ddcl_theory.ledger.rules` (:func:`rule_of`).
 """
 from __future__ import annotations
 
@@ -153,259 +153,10 @@ CLAIMS: tuple[Claim, ...] = (
 _BY_ID = {c.id: c for c in CLAIMS}
 
 
-@dataclass(frozen=True)
-class Test:
-    """One interval test of a rule: the deciding statistic, its claimed side and margin.
-
-    Attributes:
-        statistic: what is computed per seed (pair), e.g. "test accuracy, DDCL - mean pooling".
-        side: ``">"`` or ``"<"``: the claim puts the statistic above (below) ``margin``.
-        margin: the claimed margin (the paper's effect, or 0).
-        design: ``"paired"`` (both arms share the seed: data subset, order, initialisation) or
-            ``"one-sample"``.
-        method: the 95% interval: ``"paired t"``, ``"one-sample t"`` or ``"bootstrap"``
-            (:mod:`ddcl_theory.ledger.stats`).
-    """
-
-    statistic: str
-    side: str
-    margin: float = 0.0
-    design: str = "paired"
-    method: str = "paired t"
-
-    def __post_init__(self) -> None:
-        from ddcl_theory.ledger.stats import METHODS, SIDES
-        if self.side not in SIDES:
-            raise ValueError(f"side: expected one of {SIDES}, got {self.side!r}")
-        if self.method not in METHODS:
-            raise ValueError(f"method: expected one of {METHODS}, got {self.method!r}")
-        if self.design not in ("paired", "one-sample"):
-            raise ValueError(f"design: expected 'paired' or 'one-sample', got {self.design!r}")
-
-    @property
-    def text(self) -> str:
-        return (f"{self.statistic} {self.side} {self.margin:g} "
-                f"({self.design}, 95% {self.method} interval)")
-
-
-@dataclass(frozen=True)
-class Rule:
-    """The verdict rule of an empirical claim, stated before the run (first edition).
-
-    Each :class:`Test` is decided by :func:`ddcl_theory.ledger.stats.decide` on its interval;
-    the claim is ``reproduced`` when every test is, ``not reproduced`` when some test is, and
-    ``inconclusive`` otherwise (:meth:`combine`). ``requires`` are conditions that must hold
-    first (else the words named there); ``scales`` names the axis of the scale trend; a claim
-    about early training (``early=True``) is exempt from the convergence rule.
-    """
-
-    tests: tuple[Test, ...]
-    n_seeds: int
-    scales: str
-    requires: str = ""
-    note: str = ""
-    early: bool = False
-
-    def __post_init__(self) -> None:
-        if not self.tests:
-            raise ValueError("tests: a rule needs at least one interval test")
-        if not isinstance(self.n_seeds, int) or self.n_seeds < 5:
-            raise ValueError(f"n_seeds: the evidence standard asks for at least 5 seeds, got "
-                             f"{self.n_seeds!r}")
-
-    def combine(self, words: list[str]) -> str:
-        """The claim's word from its tests' words (one per test, in order)."""
-        if len(words) != len(self.tests):
-            raise ValueError(f"words: expected {len(self.tests)} words, got {len(words)}")
-        allowed = ("reproduced", "not reproduced", "inconclusive")
-        if any(w not in allowed for w in words):
-            raise ValueError(f"words: expected words among {allowed}, got {words}")
-        if all(w == "reproduced" for w in words):
-            return "reproduced"
-        if any(w == "not reproduced" for w in words):
-            return "not reproduced"
-        return "inconclusive"
-
-    def decide(self, intervals: list) -> str:
-        """The claim's word from one :class:`ddcl_theory.ledger.stats.Interval` per test (in
-        order): each decided by :func:`~ddcl_theory.ledger.stats.decide` against its test's
-        side and margin, then :meth:`combine`. Fewer seeds than the rule asks decide nothing:
-        the word is then at best ``inconclusive`` (a run below the rule's seeds, e.g. the cpu
-        profile's, is a regression value, not the evidence of record). ``ValueError`` when an
-        interval was computed by another method than its test names."""
-        from ddcl_theory.ledger.stats import decide_interval
-        if len(intervals) != len(self.tests):
-            raise ValueError(f"intervals: expected {len(self.tests)}, got {len(intervals)}")
-        for test, iv in zip(self.tests, intervals):
-            if iv.method != test.method:
-                raise ValueError(f"intervals: {test.statistic!r} names a {test.method} "
-                                 f"interval, got {iv.method}")
-        word = self.combine([decide_interval(iv, side=t.side, margin=t.margin)
-                             for t, iv in zip(self.tests, intervals)])
-        if any(iv.n < self.n_seeds for iv in intervals):
-            return "inconclusive"
-        return word
-
-    def binding(self, intervals: list) -> int:
-        """The index of the test that decides the word of :meth:`decide` (one
-        :class:`~ddcl_theory.ledger.stats.Interval` per test, in order): the first test whose
-        interval excludes the claimed effect, else the first that straddles its margin, else
-        the first test. Its interval is the one a verdict reports as *the* interval."""
-        from ddcl_theory.ledger.stats import decide_interval
-        if len(intervals) != len(self.tests):
-            raise ValueError(f"intervals: expected {len(self.tests)}, got {len(intervals)}")
-        words = [decide_interval(iv, side=t.side, margin=t.margin)
-                 for t, iv in zip(self.tests, intervals)]
-        for word in ("not reproduced", "inconclusive"):
-            if word in words:
-                return words.index(word)
-        return 0
-
-    @property
-    def text(self) -> str:
-        """The rule in one paragraph (the ``rule`` field of ``results/claims.json``)."""
-        tests = "; ".join(f"({i}) {t.text}" for i, t in enumerate(self.tests, 1))
-        parts = [f"{self.n_seeds} seeds. Tests: {tests}.",
-                 "reproduced when every interval lies on the claimed side of its margin, not "
-                 "reproduced when one excludes the claimed effect, inconclusive otherwise"
-                 + ("" if self.early else "; inconclusive too when a deciding run did not "
-                    "reach its plateau") + ".",
-                 f"Scale trend over {self.scales}; verdict at the largest scale that ran."]
-        if self.requires:
-            parts.insert(1, f"Requires: {self.requires}.")
-        if self.note:
-            parts.append(self.note)
-        return " ".join(parts)
-
-
-#: The first edition's verdict rules of the empirical claims (the book's page "How a verdict is
-#: decided"). Seeds: 10 where a run takes seconds, else at least 5.
-RULES: dict[str, Rule] = {
-    "D9": Rule((
-        Test("log(S_end / S_start) of the prototype separation at eps = 0.1 (Adam)", ">",
-             design="one-sample", method="one-sample t"),
-        Test("log S_end(eps = 1) - log S_end(eps = 0.1), same seed (Adam)", "<",
-             margin=-2.302585, method="paired t"),
-    ), n_seeds=10, scales="training steps (three run lengths)",
-        note="Margin log(0.1): a collapse is a tenfold loss of separation against the "
-             "stable run; the eps = 0.5 and SGD sweeps are shown beside."),
-    "D11": Rule((
-        Test("codebook usage (fraction of codes used on test tokens) of the soft quantiser "
-             "after epoch 1", ">", margin=0.95, design="one-sample", method="one-sample t"),
-        Test("codebook usage after epoch 1, soft - VectorQuantize (expiry able to fire in the "
-             "run)", ">", method="paired t"),
-    ), n_seeds=5, scales="training epochs and data size", early=True,
-        requires="the soft quantiser reconstructs (test MSE below the mean predictor's) and "
-                 "trains without a straight-through estimator, else not reproduced"),
-    "D13": Rule((
-        Test("clustering accuracy, DDCL head - k-means with DDCL's number of starts (same "
-             "data draw)", ">", method="paired t"),
-    ), n_seeds=10, scales="training epochs and number of objects",
-        requires="V >= 0 at every epoch of every run, else not reproduced",
-        note="k-means with 10 restarts and a Gaussian mixture are shown beside; the paper's "
-             "0.772 vs 0.756 is the scale of effect compared."),
-    "D14": Rule((
-        Test("test accuracy, DDCL readout - mean-pooling probe (C by cross-validation), "
-             "per data set (SST-2, IMDB, 20 Newsgroups)", ">", method="paired t"),
-        Test("test accuracy, DDCL readout - [CLS] probe (C by cross-validation), per data set",
-             ">", method="paired t"),
-    ), n_seeds=10, scales="training examples and readout steps",
-        note="Each data set is one test per comparison; k-means on [CLS] is shown beside."),
-    "D15": Rule((
-        Test("test accuracy - chance, DDCL layer as readout", ">", margin=0.05,
-             design="one-sample", method="one-sample t"),
-        Test("test accuracy - chance, DDCL layer as a block between encoder layers", ">",
-             margin=0.05, design="one-sample", method="one-sample t"),
-    ), n_seeds=5, scales="training epochs and images",
-        requires="every loss finite and V >= 0 at every step, else not reproduced",
-        note="Trainability only: the mean-pool readout of the same encoder is shown beside."),
-    "D17": Rule((
-        Test("normalised usage perplexity of the readout's slots/prototypes, DDCL - Slot "
-             "Attention (same seed and tokens)", ">", method="paired t"),
-        Test("normalised usage perplexity, DDCL - Perceiver", ">", method="paired t"),
-    ), n_seeds=5, scales="training steps and sequence length",
-        requires="DDCL trains its quantisation loss at tau below that loss's own critical "
-                 "temperature; a DDCL run that collapses there refutes the claim",
-        note="Slot Attention's iterative updates and FLOPs against DDCL's are counted beside."),
-    "L6": Rule((
-        Test("test accuracy, all heads Laplacian - none", ">", method="paired t"),
-        Test("per-seed least-squares slope of test accuracy against the number of Laplacian "
-             "heads", ">", design="one-sample", method="one-sample t"),
-    ), n_seeds=5, scales="training epochs and images",
-        note="The paper's +0.87 (ImageNet) and +1.92 (CIFAR-100) points are the scale of "
-             "effect compared."),
-    "L7": Rule((
-        Test("within-sequence variance share, all heads Laplacian - none", "<",
-             method="paired t"),
-        Test("between-class variance share, all heads Laplacian - none", ">",
-             method="paired t"),
-        Test("NC1 (within-class / between-class), all heads Laplacian - none", "<",
-             method="paired t"),
-    ), n_seeds=5, scales="training epochs (toward the terminal phase)"),
-    "L8": Rule((
-        Test("relative change of the participation ratio of the token representations, all "
-             "heads Laplacian vs none", "<", method="paired t"),
-    ), n_seeds=5, scales="training epochs and model width",
-        note="k99 is shown at widths where it can resolve a 21% change (>= 128 dimensions); "
-             "the paper's -21% in k99 is the scale of effect compared."),
-    "L9": Rule((
-        Test("validation loss (nats/char) at the end, 5 Laplacian heads - none", "<",
-             method="paired t"),
-        Test("CDNV of same-next-token representations at matched validation loss, 5 Laplacian "
-             "heads - none", "<", method="paired t"),
-    ), n_seeds=5, scales="training steps",
-        note="The paper's downstream average is replaced by the validation loss (no downstream "
-             "suite at this scale)."),
-    "L10": Rule((
-        Test("linear-probe accuracy, DINO student with Laplacian heads - without", ">",
-             method="paired t"),
-        Test("segmentation mIoU of a linear head, with Laplacian heads - without", ">",
-             method="paired t"),
-    ), n_seeds=5, scales="pre-training steps and images",
-        note="A small stand-in for DINO and ADE20K, justified on its page."),
-    "X2": Rule((
-        Test("test accuracy of the DDCL readout, encoder with Laplacian heads - without", ">",
-             method="paired t"),
-    ), n_seeds=5, scales="training epochs and images",
-        requires="the premise: Laplacian heads lower the encoder's within-sequence variance "
-                 "share (paired interval below 0); else the question is not asked and the "
-                 "page says why"),
-}
-
-
 def rule_of(claim_id: str):
-    """The registered rule of an empirical claim (:data:`ddcl_theory.ledger.rules.RULES`, else
-    the first edition's :data:`RULES`); None for the others."""
-    claim_id = get(claim_id).id
-    return registered.RULES.get(claim_id) or RULES.get(claim_id)
-
-
-#: Rules amended after the reference run showed the registered one wrong (the evidence standard:
-#: the page says so and shows both words): claim id -> (the amended rule, why). The registered
-#: rule stays in :data:`RULES` and its word is still computed and shown.
-AMENDED: dict[str, tuple[Rule, str]] = {
-    "D17": (Rule((
-        Test("effective rank of the S attention maps / S (the quantity the collapse rule "
-             "reads), DDCL - Slot Attention (same seed and tokens)", ">", method="paired t"),
-        Test("effective rank of the S attention maps / S, DDCL - Perceiver", ">",
-             method="paired t"),
-    ), n_seeds=5, scales="training steps and sequence length",
-        requires="a DDCL run that collapses with tau below T_c of L_q (4 lambda_max of its "
-                 "current tokens) refutes the claim; a DDCL run that starts below that T_c "
-                 "and collapses once joint training has moved T_c below tau qualifies it "
-                 "(the guarantee then holds only while tau stays below T_c)",
-        note="Slot Attention's iterative updates and FLOPs against DDCL's are counted beside; "
-             "the registered usage-perplexity tests are decided and shown beside."),
-        "the registered statistic, the usage perplexity of the tokens' first choices, cannot "
-        "see collapse: Slot Attention runs whose slots the collapse rule flags score its "
-        "maximum (identical slots split the tokens evenly at random), and the gate read "
-        "tau / T_c only at the end of a run"),
-}
-
-
-def amended_rule_of(claim_id: str) -> tuple[Rule, str] | None:
-    """``(amended rule, why)`` of a claim whose registered rule was amended; None otherwise."""
-    return AMENDED.get(get(claim_id).id)
+    """The registered rule of an empirical claim (:data:`ddcl_theory.ledger.rules.RULES`); None
+    for the others."""
+    return registered.RULES.get(get(claim_id).id)
 
 
 #: The fields every empirical claim carries in ``results/claims.json``.
@@ -678,7 +429,7 @@ def build_ledger(directory: Path | None = None, paper_directory: Path | None = N
     ``"evidence"`` and ``"our_value"``; the cpu run's word, evidence and value are kept in
     ``"cpu_verdict"``, ``"cpu_evidence"`` and ``"cpu_our_value"``. Without them the rows are
     exactly the cpu ones.
-    Empirical claims (:data:`RULES`) also carry :data:`EMPIRICAL_FIELDS` from the run the
+    Empirical claims (:data:`EMPIRICAL`) also carry :data:`EMPIRICAL_FIELDS` from the run the
     verdict came from.
 
     Raises ``ValueError`` when two chapters settle the same claim or a file names an unknown id.
@@ -915,10 +666,8 @@ def ledger_entries_markdown(ledger: list[dict]) -> str:
             rule = [f"**Rule{' (registered)' if phase else ''}.** {markdown_text(row['rule'])}",
                     ""]
             if row.get("recorded_rule"):
-                amended = amended_rule_of(row["id"])
-                why = f" Amended because {markdown_text(amended[1])}." if amended else ""
                 rule += [f"**Rule the verdict was decided by.** "
-                         f"{markdown_text(row['recorded_rule'])}{why}", ""]
+                         f"{markdown_text(row['recorded_rule'])}", ""]
             if row.get("tests"):
                 rule += [f"**Phase:** {phase or 'exploratory'}.", "", *_tests_table(row["tests"]),
                          ""]

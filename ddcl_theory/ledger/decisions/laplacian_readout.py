@@ -1,120 +1,218 @@
 """Decision of the chapter ``laplacian_readout``: claim X2 (ours), a DDCL readout on a Laplacian
-encoder, by the registry's rule (:func:`ddcl_theory.ledger.claims.rule_of`).
+encoder, by the registered rule (:func:`ddcl_theory.ledger.claims.rule_of`, data in
+:mod:`ddcl_theory.ledger.rules`).
 
-The rule, fixed before the run: 5 paired seeds; the deciding statistic is the test accuracy of
-the DDCL readout with every encoder head Laplacian minus with none, paired by seed, its 95%
-paired t interval above 0 at the largest scale (the last epoch). It *requires* a premise: the
-Laplacian heads must lower the within-sequence share of the variance of the encoder's output
-tokens (paired t interval of all - none below 0). When the premise fails the question is not
-asked: the word is ``inconclusive`` and the evidence says why and what would make it askable.
-A deciding run whose training loss did not reach its plateau makes it ``inconclusive`` too.
+The word is the accuracy test's: the readout's accuracy on the evaluation pool with every encoder
+head Laplacian minus with none, paired by seed, its 95% paired t interval three ways against 0
+and the SESOI, at the largest training-image count. Fewer seeds than the rule registers make it
+at best ``inconclusive``, and so does a deciding run cut by the epoch cap before its validation
+optimum. The same statistic at every image count is the trend; the verdict's interval is the
+accuracy test's at the largest.
 
-:func:`decide_x2` reads a readout sweep: ``settings`` (the ViT's in ``settings.vit``, and
-``scales``), ``source``, ``paired(field, setting, epoch=None)`` (per-seed arrays in seed order),
-``summary(field) -> {setting: (mean, std)}`` and ``runs`` (``train_loss`` per epoch).
+Beside it, decided by the same three-way rule but not combined into the word: the premise (the
+relative change of the absolute within-sequence variance of the encoder's tokens, after its final
+LayerNorm and before it) and the prototypes' usage and separation. The premise after the
+LayerNorm, the tokens the readout reads, says how the word is read (:func:`reading`): a word
+about smoothing where the tokens were smoothed, a word about Laplacian heads where they were not.
+
+:func:`decide_x2` reads a study with the fields of
+:class:`~ddcl_theory.experiments.laplacian_readout.ReadoutStudy`: ``settings`` (``n_train``,
+``scales``, the model's sizes), ``source``, ``values(field, setting, n_train)`` (per-seed
+arrays in seed order) and ``by(setting, n_train)`` (runs with ``seed``, ``past_optimum``,
+``best_epoch``, ``epochs``, ``correct_items``).
 """
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 import numpy as np
 
-from ddcl_theory.ledger import stats
 from ddcl_theory.ledger.claims import rule_of
+from ddcl_theory.ledger.design import Gate, TestResult
 from ddcl_theory.ledger.tolerance import Tolerance
 from ddcl_theory.ledger.verdict import Verdict
-from ddcl_theory.metrics.convergence import convergence
 
-__all__ = ["TRAINING", "PLATEAU_REL", "PLATEAU_WINDOW", "premise_interval", "decide_x2"]
+__all__ = ["TRAINING", "STATISTICS", "samples", "item_standard_errors", "optimum_gate",
+           "reading", "trend_of", "decide_x2"]
 
-#: How far the numbers quoted by X2 may move between machines: seed means and paired t
-#: intervals of 3 seeds (cpu). Measured spread of the paired differences: about 0.01 in test
-#: accuracy and 0.02 in the within-sequence share, so 3 standard errors of the mean about 0.03;
-#: the ends of a 3-seed t interval move with the spread itself.
-TRAINING = Tolerance(abs=0.05, rel=0.3, reason="seed means and paired t intervals of short ViT "
-                     "trainings (3 standard errors of the mean about 0.03)")
-#: Plateau rule of the X2 runs: the mean training loss of the last two epochs within 5% of the
-#: two before (the house defaults, :mod:`ddcl_theory.metrics.convergence`).
-PLATEAU_REL, PLATEAU_WINDOW = 0.05, 2
-
-
-def _paired(a: np.ndarray, b: np.ndarray) -> stats.Interval:
-    if len(a) < 2:
-        d = float(np.mean(a - b))
-        return stats.Interval(d, d, d, len(a), "paired t")
-    return stats.paired_t(a, b)
-
-
-def premise_interval(sweep, a: str = "all", b: str = "0",
-                     epoch: int | None = None) -> stats.Interval:
-    """95% paired t interval of the within-sequence variance share of the encoder's output
-    tokens (test images), setting ``a`` minus ``b``, paired by seed."""
-    return _paired(sweep.paired("within_seq", a, epoch), sweep.paired("within_seq", b, epoch))
+#: How far the numbers quoted by X2 may move between machines, in their printed units (points
+#: of accuracy, per cent of a relative change): 3x the largest standard error of a 3-seed mean
+#: in the cpu run (the prototypes' usage, 16 points); seeds needed scale with the squared
+#: spread of 3 seeds; counts of runs past their optimum. The cpu profile trains in float64, and
+#: there the portable and AVX2 kernels moved nothing.
+TRAINING = Tolerance(abs=55.0, rel=3.0, count_abs=2, reason=(
+    "3x the largest standard error of a 3-seed mean in the cpu run (usage of the prototypes, "
+    "all - none, 16 points); seeds needed scale with the squared spread of 3 seeds; counts of "
+    "runs past their optimum (count_allowance)"))
+_ALL, _NONE = "all", "0"
+#: What each test of the rule reads (a field of the runs), and how the pair is combined:
+#: ``"difference"`` all - none, ``"relative"`` all / none - 1.
+STATISTICS = (("eval_acc", "difference"), ("final.within_sequence", "relative"),
+              ("stream.within_sequence", "relative"), ("fraction_used", "difference"),
+              ("relative_min", "relative"))
 
 
-def _trend(sweep, field: str, a: str, b: str) -> dict[str, list[float]]:
-    out = {}
-    for epoch in sweep.settings.scales:
-        iv = _paired(sweep.paired(field, a, epoch), sweep.paired(field, b, epoch))
-        out[f"{epoch} epochs"] = [round(iv.estimate, 4), round(iv.low, 4), round(iv.high, 4)]
-    return out
+def _paired(study, field: str, how: str, n_train: int | None) -> np.ndarray:
+    lap, base = (study.values(field, s, n_train) for s in (_ALL, _NONE))
+    if how == "difference":
+        return lap - base
+    if np.any(base <= 0):
+        raise ValueError(f"field: {field!r} of the runs without Laplacian heads must be "
+                         f"positive for a relative change, got {base}")
+    return lap / base - 1.0
 
 
-def decide_x2(sweep, a: str = "all", b: str = "0") -> Verdict:
-    """X2: does the Laplacian encoder (setting ``a``) help the DDCL readout against ``b``?"""
+def samples(study, n_train: int | None = None) -> list[np.ndarray]:
+    """Per test of the rule (binding, then beside), the per-seed paired statistic at
+    ``n_train`` images (default the largest), each of shape (seeds,)."""
+    return [_paired(study, field, how, n_train) for field, how in STATISTICS]
+
+
+def item_standard_errors(study, n_train: int | None = None) -> np.ndarray:
+    """Per seed, the standard error that sampling the evaluation pool's images adds to that
+    seed's accuracy gap: sd of the per-image differences of correctness over sqrt(images),
+    shape (seeds,)."""
+    out = []
+    for lap, base in zip(study.by(_ALL, n_train), study.by(_NONE, n_train)):
+        d = lap.correct_items.astype(float) - base.correct_items.astype(float)
+        out.append(float(d.std(ddof=1) / np.sqrt(d.size)))
+    return np.array(out)
+
+
+def optimum_gate(runs: Sequence, what: str) -> Gate:
+    """Passed when every deciding run stopped past its validation optimum (``patience`` epochs
+    without a new lowest validation loss before the cap), so that it was read there."""
+    cut = [f"{r.setting}/{r.seed}" for r in runs if not r.past_optimum]
+    best = [r.best_epoch for r in runs]
+    detail = (f"{len(runs) - len(cut)} of {len(runs)} {what} stopped past their validation "
+              f"optimum (at epochs {min(best)}-{max(best)} of at most {runs[0].epochs})")
+    if cut:
+        detail += ("; the others reached the epoch cap still improving: a longer schedule "
+                   "would let them pass their optimum")
+    return Gate("read at the validation optimum", not cut, detail)
+
+
+def reading(word: str, premise: str) -> str:
+    """How the claim's ``word`` reads given the word of the premise after the final LayerNorm
+    (``reproduced``: the Laplacian heads lowered the within-sequence variance of the tokens the
+    readout reads)."""
+    if premise == "reproduced":
+        return {"reproduced": "the Laplacian heads smoothed the tokens the readout reads, and "
+                              "the readout classified better: smoothing helped the prototypes",
+                "not reproduced": "the Laplacian heads smoothed the tokens the readout reads, "
+                                  "and the readout did not classify better by the smallest "
+                                  "effect of interest: smoothing did not help the prototypes",
+                }.get(word, "the Laplacian heads smoothed the tokens the readout reads; "
+                            "whether that helped the readout is open at this power")
+    why = ("did not lower" if premise == "not reproduced"
+           else "were not shown to lower")
+    return (f"the Laplacian heads {why} the within-sequence variance of the tokens the readout "
+            f"reads, so the word says whether Laplacian heads help a DDCL readout, not whether "
+            f"smoothing does")
+
+
+def trend_of(per_scale: Mapping[str, Sequence[TestResult]], index: int = 0
+             ) -> dict[str, list[float]]:
+    """``{scale: [estimate, low, high]}`` of test ``index`` at each scale."""
+    return {label: [round(r[index].estimate, 6), round(r[index].interval[0], 6),
+                    round(r[index].interval[1], 6)] for label, r in per_scale.items()}
+
+
+def _points(t: TestResult, scale: float = 100.0, spec: str = "+.2f") -> str:
+    low, high = t.interval
+    return f"{scale * t.estimate:{spec}} [{scale * low:{spec}}, {scale * high:{spec}}]"
+
+
+def _short_of_sesoi(t: TestResult) -> str:
+    """Which side of a ``not reproduced`` accuracy test: a wrong sign or a negligible gain."""
+    low, high = t.interval
+    if high < t.margin:
+        return "the readout is less accurate on the Laplacian encoder (the whole interval is " \
+               "below 0)"
+    return (f"any gain is smaller than the SESOI ({_count(100 * t.sesoi, 'point')}), "
+            f"{'though real' if low > t.margin else 'if there is one'}")
+
+
+def _count(value: float, unit: str) -> str:
+    """``"1 point"``, ``"2.5 points"``."""
+    return f"{value:g} {unit}" + ("" if value == 1 else "s")
+
+
+def _scale_word(values: Sequence[float]) -> str:
+    """How an estimate moves from the smallest scale to the largest."""
+    first, last = values[0], values[-1]
+    if first * last < 0:
+        return "changes sign"
+    return "grows" if abs(last) > abs(first) else "shrinks"
+
+
+def decide_x2(study) -> Verdict:
+    """X2: does a DDCL readout on an encoder whose heads are all Laplacian classify better than
+    on the same encoder without (the accuracy test, at the largest image count), and how does
+    the premise say to read the answer?"""
     rule = rule_of("X2")
-    st, vit = sweep.settings, sweep.settings.vit
-    premise = premise_interval(sweep, a, b)
-    acc_a, acc_b = sweep.paired("test_acc", a), sweep.paired("test_acc", b)
-    acc = _paired(acc_a, acc_b)
-    n = len(acc_a)
-    mde = stats.detectable_effect_of(acc_a - acc_b) if n >= 2 else float("nan")
-    unfinished = sum(not convergence(r.train_loss, rel=PLATEAU_REL, window=PLATEAU_WINDOW).plateau
-                     for r in sweep.runs if r.setting in (a, b))
-    n_runs = sum(r.setting in (a, b) for r in sweep.runs)
-    premise_holds = premise.high < 0
+    st = study.settings
+    per_scale = {label: rule.evaluate(samples(study, n))
+                 for n, label in zip(st.n_train, st.scales)}
+    tests = per_scale[st.scales[-1]]
+    acc, after, before, used, sep = tests
+    runs = [r for s in (_NONE, _ALL) for r in study.by(s)]
+    gate = optimum_gate(runs, f"runs at {st.n_train[-1]} images")
+    word = rule.word(tests, [gate])
+    read = reading(word, after.word)
+    item_se = item_standard_errors(study)
+    gaps = samples(study)[0]
+    spread = float(np.std(gaps, ddof=1)) if gaps.size > 1 else 0.0
+    means = {s: float(study.values("eval_acc", s).mean()) for s in (_NONE, _ALL)}
     reasons = []
-    if not premise_holds:
-        word = "inconclusive"
-        reasons.append(
-            "the premise fails, so the question is not asked: the Laplacian heads do not lower "
-            f"it (within-sequence share, all - none, {premise.estimate:+.3f}, 95% paired t "
-            f"interval [{premise.low:+.3f}, {premise.high:+.3f}], not below 0); it becomes "
-            "askable on an encoder whose Laplacian heads do smooth its tokens (an interval "
-            "below 0), e.g. deeper and trained longer, as in the paper profile")
-    else:
-        word = rule.decide([acc])
-        if unfinished:
-            word = "inconclusive"
-            reasons.append("runs had not reached the plateau of their training loss")
-    if n < rule.n_seeds:
-        reasons.append(f"{n} seeds, fewer than the rule's {rule.n_seeds}")
-    names = {"fraction_used": "bank usage", "perplexity": "bank perplexity",
-             "separation_min": "separation S_min"}
-    beside = "; ".join(
-        f"{label} {np.mean(sweep.paired(f, a)):.3g} vs {np.mean(sweep.paired(f, b)):.3g}"
-        for f, label in names.items())
+    if acc.n_seeds < rule.n_seeds:
+        reasons.append(f"{acc.n_seeds} seeds, fewer than the rule's {rule.n_seeds} (a pilot)")
+    if not gate.passed:
+        reasons.append("runs were cut by the epoch cap before their validation optimum")
+    if acc.word == "inconclusive":
+        need = acc.seeds_needed
+        reasons.append(f"the accuracy interval holds both 0 and the SESOI "
+                       f"({_count(100 * acc.sesoi, 'point')}); "
+                       + (f"{need} seeds at this spread would tell them apart"
+                          if need is not None else "no feasible number of seeds would "
+                          "tell them apart at this spread"))
     evidence = (
-        f"ViT (d={vit.dim}, {vit.depth} layers, {vit.heads} heads) + DDCL readout (K = "
+        f"ViT (d={st.dim}, {st.depth} layers, {st.heads} heads) + DDCL readout (K = "
         f"{st.num_prototypes}, {st.ddcl_heads} heads, tau = {st.temperature:g}, beta = "
-        f"{st.beta:g}) on {vit.n_train} {sweep.source} images, {vit.epochs} epochs, {n} paired "
-        f"seeds; all heads Laplacian vs none. Premise (within-sequence variance share of the "
-        f"encoder's output tokens, all - none): {premise.estimate:+.3f}, 95% paired t interval "
-        f"[{premise.low:+.3f}, {premise.high:+.3f}] (required: below 0). Test accuracy "
-        f"{acc_a.mean():.3f} vs {acc_b.mean():.3f}, difference {acc.estimate:+.3f}, 95% paired "
-        f"t interval [{acc.low:+.3f}, {acc.high:+.3f}] (smallest detectable effect "
-        f"{mde:.3f}; claimed > 0). Runs still moving by the plateau rule of the training "
-        f"loss ({PLATEAU_WINDOW}-epoch windows, rel {PLATEAU_REL:g}): {unfinished} of "
-        f"{n_runs}. Shown beside, not deciding: {beside}. "
-        + (f"Why {word}: {'; '.join(reasons)}." if reasons and word == "inconclusive" else ""))
-    our = (f"premise {premise.estimate:+.3f} [{premise.low:+.3f}, {premise.high:+.3f}]; "
-           f"accuracy {acc_a.mean():.3f} vs {acc_b.mean():.3f} (diff CI [{acc.low:+.3f}, "
-           f"{acc.high:+.3f}])")
-    return Verdict("X2", word, evidence, our_value=our,
-                   numbers={"premise": premise.as_list() + [premise.estimate],
-                            "premise_holds": premise_holds,
-                            "accuracy": acc.as_list() + [acc.estimate], "detectable": mde,
-                            "unfinished": unfinished, "runs": n_runs,
-                            "trend_premise": _trend(sweep, "within_seq", a, b)},
-                   rule=rule.text, n_seeds=n,
-                   interval=tuple((acc if premise_holds else premise).as_list()),
-                   scale=f"{vit.epochs} epochs, {vit.n_train} images",
-                   trend=_trend(sweep, "test_acc", a, b), tolerance=TRAINING)
+        f"{st.beta:g}) on {study.source}, {acc.n_seeds} paired seeds, every run read at its "
+        f"validation optimum and scored on the {runs[0].n_eval:,}-image evaluation pool; all "
+        f"heads Laplacian vs none. Accuracy at {st.n_train[-1]} images "
+        f"{100 * means[_ALL]:.2f}% vs {100 * means[_NONE]:.2f}%; all - none: "
+        + "; ".join(f"{_points(r[0])} points at {label}" for label, r in per_scale.items())
+        + f" (the gap {_scale_word([r[0].estimate for r in per_scale.values()])} with the "
+        f"image count; SESOI {_count(100 * acc.sesoi, 'point')}). Sampling the pool's images "
+        f"adds about {100 * float(np.mean(item_se)):.2f} points of standard error to one seed's "
+        f"gap, against a seed-to-seed spread of {100 * spread:.2f} points. Premise, within-"
+        f"sequence variance all / none - 1: after the final LayerNorm {_points(after)}% "
+        f"({after.word}), before it {_points(before)}% ({before.word}). Beside: prototypes "
+        f"used all - none {_points(used, spec='+.1f')} points ({used.word}); their separation "
+        f"in units of the tokens' spread {_points(sep)}% ({sep.word}). Gate "
+        f"({gate.name}): {gate.detail}. Reading: {read}."
+        + (f" Why {word}: {'; '.join(reasons)}." if word == "inconclusive" and reasons else "")
+        + (f" Why {word}: {_short_of_sesoi(acc)}." if word == "not reproduced" else "")
+        + (" The interval also clears the SESOI." if word == "reproduced" and acc.reaches_sesoi
+           else ""))
+    our = (f"accuracy all - none {_points(acc)} points at {st.n_train[-1]} images; within-"
+           f"sequence variance after the LayerNorm {_points(after, spec='+.1f')}%")
+    per_seed = {t.statistic: [float(v) for v in values]
+                for t, values in zip(rule.all_tests, samples(study))}
+    for n, label in zip(st.n_train[:-1], st.scales[:-1]):
+        per_seed[f"{rule.tests[0].statistic}, at {label}"] = [
+            float(v) for v in samples(study, n)[0]]
+    numbers = {"per_scale": {label: [r.to_dict() for r in results]
+                             for label, results in per_scale.items()},
+               "premise_word": after.word, "reading": read,
+               "item_se": [float(v) for v in item_se], "spread": spread,
+               "accuracy": {s: [float(v) for v in study.values("eval_acc", s)]
+                            for s in (_NONE, _ALL)}}
+    return Verdict("X2", word, evidence, our_value=our, numbers=numbers, rule=rule.text,
+                   n_seeds=acc.n_seeds, interval=(float(acc.interval[0]),
+                                                  float(acc.interval[1])),
+                   scale=f"{st.n_train[-1]} training images, read at the validation optimum",
+                   trend=trend_of(per_scale), tolerance=TRAINING, tests=tuple(tests),
+                   gates=(gate,), per_seed=per_seed)

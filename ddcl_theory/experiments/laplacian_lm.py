@@ -1,0 +1,337 @@
+"""Claim L9 of Zhang & Papyan 2026: a character GPT with and without Laplacian heads.
+
+The character GPT of :mod:`ddcl_theory.models.char_gpt` on Tiny Shakespeare
+(:func:`~ddcl_theory.experiments.laplacian_gpt.text_parts`: the training text, a validation split
+carved from the end of the training 90%, the held-out last 10%), none or ``laplacian_heads`` (5,
+the paper's count) of the ``heads`` heads of every layer Laplacian. Seed s gives both arms the
+same initial weights (a Laplacian head has no parameter of its own) and the same batches.
+
+Each training length of ``steps`` is a run of its own: AdamW, a linear warm-up and a cosine
+decay over that length. After every round of ``steps / rounds`` steps (and before the first) a
+run measures, on fixed windows, the validation loss, the held-out loss, the loss of training
+windows and the CDNV of the held-out tokens after the final LayerNorm, grouped by the character
+that follows them (:func:`ddcl_theory.metrics.geometry.cdnv`). Each seed is read at its lowest
+validation loss: there, the whole held-out text gives its loss per window. The seeds of one arm
+and length train together as one stacked model
+(:class:`~ddcl_theory.runtime.stacked.StackedModels`), each seed the twin of its sequential run.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from threadpoolctl import threadpool_limits
+from torch import nn
+
+from ddcl_theory.experiments.laplacian_gpt import (
+    TextParts,
+    next_char_windows,
+    spread_starts,
+    text_parts,
+    tiling_starts,
+)
+from ddcl_theory.experiments.laplacian_vit import BestStates
+from ddcl_theory.metrics import geometry as metrics
+from ddcl_theory.models.char_gpt import CharGPT
+from ddcl_theory.runtime import profile
+from ddcl_theory.runtime.rundir import RunDir
+from ddcl_theory.runtime.settings import Settings, confirmatory_seeds, setting
+from ddcl_theory.runtime.stacked import PerSeedLoss, StackedModels, stacked_batches
+from ddcl_theory.runtime.threads import num_threads
+from ddcl_theory.runtime.training import fit
+
+__all__ = ["LMSettings", "LMRun", "LMStudy", "lr_factor", "measure", "heldout_window_losses",
+           "train_lm_stack", "run"]
+
+#: The seeds of the confirmatory run (the rule L9 registers as many).
+REFERENCE_SEEDS = 20
+
+
+@contextlib.contextmanager
+def _threads(n: int | None) -> Iterator[None]:
+    """torch and the BLAS under numpy (the CDNV) limited to ``n`` threads (None: as is)."""
+    with num_threads(n), (threadpool_limits(limits=n) if n is not None
+                          else contextlib.nullcontext()):
+        yield
+
+
+@dataclass(frozen=True)
+class LMSettings(Settings):
+    """The language-model study (L9): the model, the training lengths (each a run of its own
+    schedule), the evaluation windows and the seeds.
+
+    ``heldout_chars``: the first characters of the held-out text that are scored (None: all;
+    the smoke run's budget). cpu: width 32, 8 heads (5 Laplacian), runs of 100, 200 and 400
+    steps, 3 seeds; reference: width 64, runs of 250, 500 and 1000 steps, the rule's seeds at
+    the longest (the shorter lengths on the first ``trend_seeds``); paper: block 256, width
+    384, 6 layers, 12 heads."""
+
+    title = "character GPT on Tiny Shakespeare, none or 5 Laplacian heads per layer"
+
+    block_size: int = setting(32, paper=256, ge=2)
+    dim: int = setting(32, reference=64, paper=384, ge=1)
+    depth: int = setting(2, paper=6, ge=1)
+    heads: int = setting(8, paper=12, ge=1)
+    laplacian_heads: int = setting(5, ge=1)
+    mlp_ratio: int = setting(4, ge=1)
+    batch_size: int = setting(32, reference=64, paper=64, smoke=4, ge=1)
+    steps: tuple[int, ...] = setting((100, 200, 400), reference=(250, 500, 1000),
+                                     paper=(1250, 2500, 5000), smoke=(4, 8), ge=1,
+                                     nonempty=True)
+    rounds: int = setting(10, smoke=2, ge=2)
+    lr: float = setting(3e-3, paper=1e-3, gt=0)
+    warmup_fraction: float = setting(0.05, ge=0, lt=1)
+    final_lr_fraction: float = setting(0.01, ge=0, le=1)
+    weight_decay: float = setting(0.1, ge=0)
+    val_fraction: float = setting(0.05, gt=0, lt=0.5)
+    eval_windows: int = setting(128, reference=256, paper=512, smoke=8, ge=1)
+    heldout_chars: int | None = setting(None, smoke=4097, ge=2)
+    cdnv_min_count: int = setting(10, ge=1)
+    seeds: tuple[int, ...] = setting((0, 1, 2), reference=confirmatory_seeds(REFERENCE_SEEDS),
+                                     paper=(0, 1, 2, 3, 4), smoke=(0,), ge=0, nonempty=True)
+    trend_seeds: int = setting(3, reference=5, paper=5, smoke=1, ge=1)
+    threads: int | None = setting(1, paper=None, ge=1)
+
+    def check(self) -> None:
+        if self.laplacian_heads > self.heads:
+            raise ValueError(f"LMSettings.laplacian_heads: expected at most heads={self.heads}, "
+                             f"got {self.laplacian_heads}")
+        if self.dim % self.heads:
+            raise ValueError(f"LMSettings.dim: expected a multiple of heads={self.heads}, got "
+                             f"{self.dim}")
+        if list(self.steps) != sorted(set(self.steps)):
+            raise ValueError(f"LMSettings.steps: expected increasing training lengths, got "
+                             f"{self.steps!r}")
+        if self.heldout_chars is not None and self.heldout_chars < self.block_size + 1:
+            raise ValueError(f"LMSettings.heldout_chars: expected None or at least "
+                             f"block_size + 1 = {self.block_size + 1}, got {self.heldout_chars}")
+        bad = [s for s in self.steps if s % self.rounds]
+        if bad:
+            raise ValueError(f"LMSettings.rounds: expected a divisor of every training length, "
+                             f"got {self.rounds} for {bad}")
+
+    @property
+    def arms(self) -> tuple[int, int]:
+        """Laplacian heads per layer of the two arms: none, then ``laplacian_heads``."""
+        return (0, self.laplacian_heads)
+
+    @property
+    def scales(self) -> tuple[str, ...]:
+        """The trend's labels, one per training length."""
+        return tuple(f"{s} steps" for s in self.steps)
+
+    def seeds_at(self, steps: int) -> tuple[int, ...]:
+        """The seeds run at a training length: all at the longest, the first ``trend_seeds``
+        at the others."""
+        return self.seeds if steps == self.steps[-1] else self.seeds[:self.trend_seeds]
+
+
+@dataclass(frozen=True)
+class LMRun:
+    """One seed of one arm at one training length.
+
+    Curves (rounds + 1,), measured before training and after every round at ``eval_steps``:
+    ``val_loss`` (validation windows), ``heldout_loss`` and ``cdnv`` (held-out windows),
+    ``train_loss`` (training windows), in nats per character. ``best`` indexes the lowest
+    validation loss (the run's optimum, where it is read); ``heldout_windows`` (n_windows,) is
+    the loss of every window of the whole held-out text there.
+    """
+
+    laplacian_heads: int
+    seed: int
+    steps: int
+    eval_steps: tuple[int, ...]
+    val_loss: tuple[float, ...]
+    heldout_loss: tuple[float, ...]
+    train_loss: tuple[float, ...]
+    cdnv: tuple[float, ...]
+    best: int
+    heldout_windows: np.ndarray
+
+    @property
+    def heldout(self) -> float:
+        """Loss on the whole held-out text at the optimum (nats per character)."""
+        return float(self.heldout_windows.mean())
+
+    @property
+    def train_at_best(self) -> float:
+        return float(self.train_loss[self.best])
+
+    @property
+    def gap(self) -> float:
+        """Held-out minus training loss at the optimum."""
+        return self.heldout - self.train_at_best
+
+    @property
+    def best_step(self) -> int:
+        return int(self.eval_steps[self.best])
+
+
+@dataclass
+class LMStudy:
+    settings: LMSettings
+    runs: list[LMRun]
+    source: str
+    vocab_size: int
+    n_heldout_windows: int
+
+    def by(self, laplacian_heads: int, steps: int | None = None) -> list[LMRun]:
+        """The runs of one arm at one training length (default the longest), in seed order."""
+        steps = self.settings.steps[-1] if steps is None else steps
+        return sorted((r for r in self.runs
+                       if r.laplacian_heads == laplacian_heads and r.steps == steps),
+                      key=lambda r: r.seed)
+
+    def values(self, field: str, laplacian_heads: int, steps: int | None = None) -> np.ndarray:
+        """``field`` of each run of :meth:`by`, shape (seeds,)."""
+        return np.array([getattr(r, field) for r in self.by(laplacian_heads, steps)],
+                        dtype=float)
+
+
+# ------------------------------------------------------------------------------ schedule
+def lr_factor(step: int, total: int, warmup_fraction: float, final_fraction: float) -> float:
+    """The learning rate over its peak at ``step`` of ``total``: a linear rise over the first
+    ``warmup_fraction`` of the steps, then a cosine decay to ``final_fraction`` at the end."""
+    warm = int(warmup_fraction * total)
+    if step < warm:
+        return (step + 1) / warm
+    t = min(step - warm, total - warm) / max(total - warm, 1)
+    return final_fraction + (1 - final_fraction) * 0.5 * (1 + math.cos(math.pi * t))
+
+
+# ------------------------------------------------------------------------------ measures
+@torch.no_grad()
+def _losses(model: CharGPT, ids: torch.Tensor, starts: torch.Tensor, block: int,
+            chunk: int = 256, features: bool = False) -> tuple[torch.Tensor, np.ndarray | None]:
+    """Per window, the mean next-character loss of ``model`` (n,), and with ``features`` the
+    tokens after the final LayerNorm (n * block, dim) as float64."""
+    out, feats = [], []
+    for i in range(0, len(starts), chunk):
+        x, y = next_char_windows(ids, starts[i:i + chunk], block)
+        logits, states = model(x, return_hidden=True)
+        ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1),
+                             reduction="none")
+        out.append(ce.view(len(x), -1).double().mean(1))
+        if features:
+            feats.append(model.norm(states[-1]).reshape(-1, states[-1].shape[-1]).double())
+    h = torch.cat(feats).cpu().numpy() if features else None
+    return torch.cat(out), h
+
+
+def measure(model: CharGPT, windows: dict[str, tuple[torch.Tensor, torch.Tensor]], block: int,
+            min_count: int) -> dict[str, float]:
+    """One model on the fixed windows ``{"val" | "heldout" | "train": (ids, starts)}``: the
+    mean loss of each part and the CDNV of the held-out tokens after the final LayerNorm by the
+    character that follows each."""
+    model.eval()
+    out = {}
+    for part, (ids, starts) in windows.items():
+        loss, h = _losses(model, ids, starts, block, features=part == "heldout")
+        out[f"{part}_loss"] = float(loss.mean())
+        if h is not None:
+            labels = next_char_windows(ids, starts, block)[1].reshape(-1).cpu().numpy()
+            out["cdnv"] = metrics.cdnv(h, labels, min_count=min_count)
+    return out
+
+
+def heldout_window_losses(model: CharGPT, ids: torch.Tensor, block: int) -> np.ndarray:
+    """The loss of every window that tiles the held-out ``ids`` (n_windows,)."""
+    model.eval()
+    loss, _ = _losses(model, ids, tiling_starts(len(ids), block).to(ids.device), block)
+    return loss.cpu().numpy()
+
+
+# ------------------------------------------------------------------------------ training
+def _make_model(settings: LMSettings, vocab_size: int, laplacian_heads: int):
+    return lambda _seed: CharGPT(vocab_size, settings.block_size, dim=settings.dim,
+                                 depth=settings.depth, heads=settings.heads,
+                                 laplacian_heads=laplacian_heads, mlp_ratio=settings.mlp_ratio)
+
+
+def train_lm_stack(settings: LMSettings, text: TextParts, laplacian_heads: int, steps: int,
+                   seeds: Sequence[int], device: str, run: RunDir | None = None
+                   ) -> list[LMRun]:
+    """Train the ``seeds`` of one arm for ``steps`` steps as one stacked model and read each at
+    its lowest validation loss; resumable after every round through ``run``."""
+    block = settings.block_size
+    stack = StackedModels(_make_model(settings, len(text.vocab), laplacian_heads),
+                          seeds).to(device)
+    opt = torch.optim.AdamW(stack.parameters(), lr=settings.lr,
+                            weight_decay=settings.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda k: lr_factor(k, steps, settings.warmup_fraction, settings.final_lr_fraction))
+    per_round = steps // settings.rounds
+    windows = {part: (ids, spread_starts(len(ids), block, settings.eval_windows).to(device))
+               for part, ids in (("val", text.val), ("heldout", text.heldout),
+                                 ("train", text.train))}
+    best = BestStates(stack).to(device)
+    per_seed = PerSeedLoss(
+        lambda forward, b: torch.vmap(
+            lambda logits, y: F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                              y.reshape(-1)))(forward(b[0]), b[1]),
+        stack.num_seeds)
+
+    def measure_all() -> dict[str, list[float]]:
+        rows = [measure(m, windows, block, settings.cdnv_min_count) for m in stack.unstack()]
+        per_seed.steps.clear()
+        return {k: [r[k] for r in rows] for k in rows[0]}
+
+    first = measure_all()
+
+    def one_seed(gen: torch.Generator) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for _ in range(per_round):
+            starts = torch.randint(0, len(text.train) - block - 1, (settings.batch_size,),
+                                   generator=gen).to(device)
+            yield next_char_windows(text.train, starts, block)
+
+    def end_of_round(r: int) -> dict:
+        m = measure_all()
+        best.update(stack, torch.tensor(m["val_loss"]), r + 1)
+        return m
+
+    name = f"lap={laplacian_heads},steps={steps}"
+    log = fit(stack, opt, rounds=settings.rounds, loss=per_seed, device=device, run=run,
+              name=name, batches=lambda _r: stacked_batches([one_seed(g)
+                                                             for g in stack.generators]),
+              schedulers=[sched], generators=stack.named_generators(), modules={"best": best},
+              end_of_round=end_of_round, desc=f"GPT {name}", compile=False)
+    best.restore(stack)
+    curves = {k: np.array([first[k]] + [m[k] for m in log.metrics], dtype=float)
+              for k in first}                                          # (rounds + 1, S)
+    eval_steps = tuple(i * per_round for i in range(settings.rounds + 1))
+    runs = []
+    for i, (seed, model) in enumerate(zip(seeds, stack.unstack())):
+        runs.append(LMRun(laplacian_heads, seed, steps, eval_steps,
+                          *(tuple(float(v) for v in curves[k][:, i])
+                            for k in ("val_loss", "heldout_loss", "train_loss", "cdnv")),
+                          int(best.best_epoch[i]),
+                          heldout_window_losses(model, text.heldout, block)))
+    return runs
+
+
+def run(settings: LMSettings | None = None) -> LMStudy:
+    """Every run of the study: both arms at every training length. Finished stacks are kept in
+    the run directory (reference and paper profiles) and a killed study resumes."""
+    settings = settings or LMSettings.from_profile()
+    device = profile.current().device
+    text = text_parts(settings.val_fraction, device)
+    if settings.heldout_chars is not None:               # the smoke run scores a short piece
+        text = dataclasses.replace(text, heldout=text.heldout[:settings.heldout_chars])
+    ckpt = RunDir("laplacian_lm", settings)
+    runs: list[LMRun] = []
+    with _threads(settings.threads):
+        for steps in settings.steps:
+            for lap in settings.arms:
+                seeds = settings.seeds_at(steps)
+                runs += ckpt.unit(f"lap={lap},steps={steps}",
+                                  lambda lap=lap, steps=steps, seeds=seeds:
+                                  train_lm_stack(settings, text, lap, steps, seeds, device, ckpt))
+    ckpt.finish()
+    n_windows = len(tiling_starts(len(text.heldout), settings.block_size))
+    return LMStudy(settings, runs, text.source, len(text.vocab), n_windows)
