@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ddcl_theory.experiments import registry
-from ddcl_theory.runtime.settings import Settings
+from ddcl_theory.runtime.settings import CONFIRMATORY_SEED_BASE, Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 PREFIX = "ddcl_theory.experiments"
@@ -120,3 +120,26 @@ def test_registry_rejects_malformed_and_repeated_entries():
         registry.entries([e, e])
     with pytest.raises(ValueError, match=r"EXPERIMENTS\[0\]"):
         registry.entries([("m", "S", "run")])
+
+
+@pytest.mark.parametrize("entry", registry.entries(), ids=lambda e: e.name)
+def test_reference_seeds_are_fresh_and_cpu_seeds_exploratory(entry, monkeypatch):
+    """Where a registered experiment's reference (confirmatory) seeds differ from its cpu
+    (exploratory) ones, no exploratory run used them: cpu seeds lie below
+    CONFIRMATORY_SEED_BASE, reference seeds at or above it."""
+    from ddcl_theory.runtime import profile
+    from ddcl_theory.runtime.settings import values
+    seeds = {}
+    for name in ("cpu", "reference"):
+        monkeypatch.setenv(profile.PROFILE_ENV, name)
+        monkeypatch.delenv(profile.SMOKE_ENV, raising=False)
+        rows = dict(values(entry.make_settings()))
+        seeds[name] = {k: v for k, v in rows.items() if k.split(".")[-1] in ("seeds", "seed")}
+    assert seeds["cpu"].keys() == seeds["reference"].keys()
+    for key, cpu in seeds["cpu"].items():
+        cpu = cpu if isinstance(cpu, tuple) else (cpu,)
+        assert all(s < CONFIRMATORY_SEED_BASE for s in cpu), (entry.name, key)
+        ref = seeds["reference"][key]
+        ref = ref if isinstance(ref, tuple) else (ref,)
+        if ref != cpu:
+            assert all(s >= CONFIRMATORY_SEED_BASE for s in ref), (entry.name, key, ref)
