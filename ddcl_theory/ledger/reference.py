@@ -242,8 +242,8 @@ def describe_committed(chapter: str, folder: Path | None = None, width: int = 88
     import textwrap
     entry = committed(chapter, folder)
     if entry is None:
-        return (f"No reference run of this chapter is committed yet (make reference "
-                f"NAMES={chapter}).")
+        return textwrap.fill(f"No reference run of this chapter is committed yet (make "
+                             f"reference NAMES={chapter}).", 88, break_on_hyphens=False)
     prov = entry["provenance"] or {}
     lines = [f"reference profile, commit {(prov.get('git_commit') or '?')[:12]}:"]
     for row in entry["verdicts"]:
