@@ -96,6 +96,11 @@ def test_d13_not_reproduced_when_the_separation_does_not_grow_monotonically():
     v = decide_d13(_result(0.1, monotone=0.8))
     assert v.word == "not reproduced" and [t.word for t in v.tests] == [
         "reproduced", "not reproduced", "reproduced"]
+    # the deciding sub-claim leads the ledger's line; the accuracy gain stands beside it
+    assert v.our_value.startswith("epochs without a fall of the smallest prototype distance "
+                                  "0.800") and "(claimed > 0.99)" in v.our_value
+    assert "ACC head" in v.our_value
+    assert decide_d13(_result(0.1)).our_value.startswith("ACC head")
     assert v.numbers["binding"] == 1 and np.allclose(v.interval, 0.8)
 
 

@@ -187,6 +187,9 @@ def decide_d13(result) -> Verdict:
           "here, not a target.")
     our = (f"ACC head {np.mean(best_head):.3f} vs k-means {np.mean(best_km):.3f} (best of "
            f"{s.starts} shared starts each), diff CI {interval_text(gain, estimate=False)}")
+    if b == 1:      # the separation sub-claim decides: it leads, the accuracy gain beside
+        our = (f"epochs without a fall of the smallest prototype distance "
+               f"{interval_text(mono, '.3f')} (claimed > {rule.tests[1].margin:g}); {our}")
     return Verdict("D13", word, evidence, our_value=our, paper_value=PAPER,
                    numbers={"acc": {"ddcl": float(np.mean(best_head)),
                                     "kmeans": float(np.mean(best_km))},
