@@ -10,7 +10,7 @@ PARALLEL := -n $(JOBS) --maxprocesses 8 --dist loadfile --no-loadscope-reorder -
 ## torch's modules in every process the tests and the book start.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: setup data book book-strict test test-slow test-portable unit goldens paper reference smoke check-goldens check-render check-results check-reference clean
+.PHONY: setup data book book-strict test test-slow test-portable unit goldens paper reference smoke gpu-check check-goldens check-render check-results check-reference clean
 
 setup:
 	@bash scripts/setup.sh
@@ -90,6 +90,11 @@ check-reference: setup
 ## (one thread: the budgets are tiny, and threads only contend on a shared host).
 smoke: data
 	DDCL_PROFILE=paper DDCL_SMOKE=1 $(VENV)/python -m ddcl_theory.experiments.smoke --threads 1 $(NAMES)
+
+## The prepared check for a GPU host (about ten minutes): the smoke run on CUDA with each
+## experiment's seconds, steps and peak memory, and one short paper chapter (scripts/gpu_check.sh).
+gpu-check: data
+	bash scripts/gpu_check.sh $(NAMES)
 
 check-goldens: setup
 	$(VENV)/python -m ddcl_theory.ledger.goldens check

@@ -115,6 +115,32 @@ def test_failures_are_reported_by_experiment_name(monkeypatch, capsys):
     assert {k: os.environ.get(k) for k in before} == before       # the profile is restored
 
 
+def test_measure_entry_counts_the_training_steps_and_reads_peak_memory(monkeypatch):
+    import torch
+
+    from ddcl_theory.runtime.training import fit
+
+    def three_by_two(entry):
+        model = torch.nn.Linear(2, 1)
+        x, y = torch.ones(4, 2), torch.zeros(4, 1)
+        fit(model, torch.optim.SGD(model.parameters(), lr=0.1), rounds=2,
+            batches=lambda r: [(x, y)] * 3, loss=lambda fwd, b: ((fwd(b[0]) - b[1]) ** 2).mean(),
+            device="cpu", compile=False, desc="t")
+        return 0.6
+
+    monkeypatch.setattr(smoke, "run_entry", three_by_two)
+    m = smoke.measure_entry(Experiment("m.a", "S", "run"))
+    assert m.steps == 6 and m.seconds_per_step == pytest.approx(0.1)
+    assert m.peak_mib > 1 and m.peak_of == "process rss"
+    record = m.record("a.run")
+    assert record["steps"] == 6 and record["seconds_per_step"] == pytest.approx(0.1)
+    assert "100.0 ms/step" in m.line("a.run")
+    monkeypatch.setattr(smoke, "run_entry", lambda entry: 0.2)       # no training loop
+    exact = smoke.measure_entry(Experiment("m.b", "S", "run"))
+    assert exact.steps == 0 and exact.seconds_per_step is None
+    assert exact.record("b.run")["seconds_per_step"] is None and "- ms/step" in exact.line("b")
+
+
 @pytest.mark.slow
 def test_smoke_run_of_every_experiment_at_paper_settings_passes(tmp_path):
     from ddcl_theory import data
@@ -133,6 +159,9 @@ def test_smoke_run_of_every_experiment_at_paper_settings_passes(tmp_path):
     record = json.loads(report.read_text(encoding="utf-8"))
     assert [o["name"] for o in record["experiments"]] == [e.name for e in smoke.entries()]
     assert all(o["ok"] for o in record["experiments"])
+    assert all(o["peak_mib"] > 0 and o["steps"] >= 0 for o in record["experiments"])
+    trained = {o["name"]: o["steps"] for o in record["experiments"]}
+    assert trained["laplacian_lm.run"] > 0 and trained["laplacian_study.run_vit"] > 0
     prov = record["provenance"]
     assert prov["profile"] == "paper" and prov["smoke"] is True and prov["device"] == "cpu"
     assert not (tmp_path / "results").exists()          # checkpoints went to a scratch folder

@@ -19,6 +19,12 @@ not change under ``DDCL_SMOKE=1`` (no ``smoke=`` budget declared) fails without 
 ``--device cuda`` runs the same smoke settings on a GPU host (with the paper profile's bf16
 autocast): the check for tensors left on the wrong device.
 
+Beside its seconds, each experiment reports the optimiser steps its training loops took (through
+:func:`ddcl_theory.runtime.training.fit`; none for the exact computations), the seconds per step,
+and its peak memory: on CUDA the peak of allocated device memory during that experiment, on
+the CPU the process's peak resident set so far (a bound, not a per-experiment figure). On a GPU
+host these are the figures to size a paper run by (``scripts/gpu_check.sh``).
+
 The experiments are those of :data:`ddcl_theory.experiments.registry.EXPERIMENTS` (the run
 functions the chapters call), each run on ``Settings.from_profile(**overrides)``.
 """
@@ -28,6 +34,7 @@ import argparse
 import contextlib
 import dataclasses
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -93,6 +100,54 @@ def run_entry(entry: Experiment) -> float:
     return time.perf_counter() - start
 
 
+@dataclasses.dataclass(frozen=True)
+class Measured:
+    """What one smoke entry cost: ``seconds``, optimiser ``steps`` (0 without a training
+    loop), ``peak_mib`` (see the module docstring) and where that peak was read."""
+
+    seconds: float
+    steps: int
+    peak_mib: float
+    peak_of: str
+
+    @property
+    def seconds_per_step(self) -> float | None:
+        return self.seconds / self.steps if self.steps else None
+
+    def line(self, name: str) -> str:
+        per = self.seconds_per_step
+        per_text = f"{1000 * per:9.1f} ms/step" if per is not None else f"{'-':>9} ms/step"
+        return (f"  {name:<40} {self.seconds:7.1f} s {self.steps:6d} steps {per_text} "
+                f"{self.peak_mib:8.0f} MiB ({self.peak_of})  ok")
+
+    def record(self, name: str) -> dict:
+        per = self.seconds_per_step
+        return {"name": name, "seconds": round(self.seconds, 2), "ok": True,
+                "steps": self.steps,
+                "seconds_per_step": None if per is None else round(per, 5),
+                "peak_mib": round(self.peak_mib, 1), "peak_of": self.peak_of}
+
+
+def measure_entry(entry: Experiment, device: str = "cpu") -> Measured:
+    """:func:`run_entry` with its steps and peak memory (CUDA: allocated on the device during
+    the entry; CPU: the process's peak resident set so far)."""
+    import torch
+
+    from ddcl_theory.runtime.training import steps_taken
+    on_cuda = device == "cuda"
+    if on_cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    before = steps_taken()
+    seconds = run_entry(entry)
+    if on_cuda:
+        torch.cuda.synchronize()
+        peak, where = torch.cuda.max_memory_allocated() / 2**20, "cuda allocated"
+    else:      # ru_maxrss is in KiB on Linux
+        peak, where = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "process rss"
+    return Measured(seconds, steps_taken() - before, peak, where)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*",
@@ -144,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
             for e in todo:
                 start = time.perf_counter()
                 try:
-                    seconds = run_entry(e)
+                    measured = measure_entry(e, args.device)
                 except Exception:                            # noqa: BLE001 -- reported by name
                     seconds = time.perf_counter() - start
                     print(f"FAILED {e.name} after {seconds:.1f} s:", flush=True)
@@ -154,8 +209,8 @@ def main(argv: list[str] | None = None) -> int:
                     if args.exitfirst:
                         break
                     continue
-                print(f"  {e.name:<40} {seconds:7.1f} s  ok", flush=True)
-                outcomes.append({"name": e.name, "seconds": round(seconds, 2), "ok": True})
+                print(measured.line(e.name), flush=True)
+                outcomes.append(measured.record(e.name))
             elapsed = time.perf_counter() - total
             record = {"experiments": outcomes, "total_seconds": round(elapsed, 2),
                       "threads": torch.get_num_threads(), "provenance": provenance("smoke")}

@@ -29,6 +29,13 @@ from ddcl_theory.runtime.precision import autocast, maybe_compile
 from ddcl_theory.runtime.rundir import RunDir
 from ddcl_theory.runtime.progress import progress
 
+_STEPS = [0]          # optimiser steps taken by fit in this process (read by the smoke run)
+
+
+def steps_taken() -> int:
+    """Optimiser steps :func:`fit` has taken in this process so far (for seconds per step)."""
+    return _STEPS[0]
+
 
 @dataclass
 class TrainLog:
@@ -127,6 +134,7 @@ def fit(model: torch.nn.Module, optimizers: torch.optim.Optimizer | Sequence[tor
             if after_step is not None:
                 after_step()
             round_losses.append(value.detach())
+        _STEPS[0] += len(round_losses)
         log.losses.append(torch.stack(round_losses).tolist() if round_losses else [])
         log.metrics.append((end_of_round(r) if end_of_round is not None else None) or {})
         if stop_if is not None and stop_if(log.metrics[-1]):

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The prepared GPU check: what a maintainer lent a GPU for ten minutes learns the most from.
+#
+#   scripts/gpu_check.sh [NAME ...]        (or: make gpu-check)
+#
+# 1. the device: torch's CUDA build, the GPU's name and memory;
+# 2. the paper profile's smoke run on the GPU (bf16 autocast), every experiment the chapters
+#    call (or those whose names start with NAME): seconds, optimiser steps, seconds per step and
+#    peak device memory of each, printed and written to $OUT/smoke.json;
+# 3. one short chapter (decomposition) under the paper profile, executed end to end.
+# Outputs go to $OUT (default _build/gpu-check); nothing committed is touched. The whole check
+# stops after $LIMIT seconds (default 540: the smoke run) plus 120 s for the chapter.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-.venv/bin/python}
+OUT=${OUT:-_build/gpu-check}
+LIMIT=${LIMIT:-540}
+mkdir -p "$OUT"
+
+"$PY" - <<'PYEOF'
+import sys
+
+import torch
+
+if not torch.cuda.is_available():
+    sys.exit("gpu_check: torch sees no CUDA device (a CPU build of torch, or no GPU). On a GPU "
+             "host, `make setup TORCH=cuda` installs the CUDA build of the pinned torch.")
+props = torch.cuda.get_device_properties(0)
+print(f"gpu_check: torch {torch.__version__} (CUDA {torch.version.cuda}), "
+      f"{torch.cuda.device_count()} device(s); device 0: {props.name}, "
+      f"{props.total_memory / 2**30:.0f} GiB")
+PYEOF
+
+echo "gpu_check: smoke run on cuda (at most ${LIMIT} s)"
+timeout "$LIMIT" "$PY" -m ddcl_theory.experiments.smoke --device cuda \
+  --report "$OUT/smoke.json" "$@" 2>&1 | tee "$OUT/smoke.log"
+
+echo "gpu_check: the decomposition chapter under the paper profile (at most 120 s)"
+timeout 120 env DDCL_PROFILE=paper DDCL_RESULTS_DIR="$OUT/results" \
+  "$PY" -m ddcl_theory.ledger.goldens write --force --out "$OUT/notebooks" decomposition \
+  2>&1 | tee "$OUT/chapter.log"
+echo "gpu_check: done; figures in $OUT/smoke.json, logs in $OUT"
