@@ -17,8 +17,11 @@ setup:
 
 ## Find the real data sets (data dir, data/, ../shared/data, user cache) or fetch them from their
 ## canonical sources; stops with one message naming what is missing when that is impossible.
+## PROFILE=paper also fetches the paper profile's data (full CIFAR-10 and IMDB, CIFAR-100, the Hub
+## models at pinned commits; `python -m ddcl_theory.data status --paper` lists them).
 data: setup
 	$(VENV)/python -m ddcl_theory.data ensure
+	$(if $(filter paper,$(PROFILE)),$(VENV)/python -m ddcl_theory.data ensure --paper)
 
 ## Build the book into _build/html. With the data (found or fetched): executing every notebook
 ## (execution cache in _build), verdicts into results/. Without it (no data, no network): from the

@@ -1,4 +1,5 @@
-"""Command line: ``python -m ddcl_theory.data ensure [--allow-missing] [KEY ...]`` and ``... status``.
+"""Command line: ``python -m ddcl_theory.data ensure [--paper] [--allow-missing] [KEY ...]`` and
+``python -m ddcl_theory.data status [--paper]``.
 
 ``ensure`` finds every data set named (all of ``FILES`` when none is), fetching the missing ones
 from their canonical sources into the user cache. Exit status: 0 when all are present; 2 when some
@@ -8,13 +9,19 @@ executed notebooks instead of running them); 1 when a file is
 present but fails verification (it would make the loaders raise).
 
 ``status`` lists each data set, the directory it was found in and how it verified.
+
+``--paper`` selects the paper profile's data instead (:mod:`ddcl_theory.data.paper_sources`: the
+full CIFAR-10 and IMDB, CIFAR-100, and Hub models at pinned commits; ``make data PROFILE=paper``):
+``ensure --paper`` fetches them (all when no KEY is named; :mod:`ddcl_theory.data.paper_fetch`),
+with the same exit statuses; ``status --paper`` lists them. Without it both commands handle the
+staged data of the cpu and reference profiles only.
 """
 from __future__ import annotations
 
 import argparse
 import sys
 
-from ddcl_theory.data import fetch, files, sources
+from ddcl_theory.data import fetch, files, hub, paper_fetch, paper_files, paper_sources, sources
 
 EXIT_OK, EXIT_BROKEN, EXIT_MISSING = 0, 1, 2
 
@@ -25,26 +32,32 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     e = sub.add_parser("ensure", help="find every data set, downloading the missing ones")
     e.add_argument("keys", nargs="*", metavar="KEY",
-                   help=f"data sets (default: all of {', '.join(files.FILES)})")
+                   help=f"data sets (default: all of {', '.join(files.FILES)}; with --paper, all "
+                        f"of {', '.join(paper_sources.paper_keys())})")
     e.add_argument("--allow-missing", action="store_true",
                    help="exit 0 when some cannot be had (print a NOTICE)")
-    sub.add_parser("status", help="where each data set was found and whether it verified")
+    e.add_argument("--paper", action="store_true",
+                   help="the paper profile's data sets and Hub models instead of the staged data")
+    s = sub.add_parser("status", help="where each data set was found and whether it verified")
+    s.add_argument("--paper", action="store_true",
+                   help="list the paper profile's data sets and Hub models instead")
     return p
 
 
-def _ensure(keys: list[str], allow_missing: bool) -> int:
-    unknown = [k for k in keys if k not in files.FILES]
+def _ensure(keys: list[str], allow_missing: bool, paper: bool = False) -> int:
+    known = paper_sources.paper_keys() if paper else list(files.FILES)
+    unknown = [k for k in keys if k not in known]
     if unknown:
-        print(f"error: unknown data set(s) {unknown}; expected some of {list(files.FILES)}",
-              file=sys.stderr)
+        print(f"error: unknown {'paper ' if paper else ''}data set(s) {unknown}; expected some of "
+              f"{known}", file=sys.stderr)
         return EXIT_MISSING
-    report = fetch.ensure(keys or None)
+    report = paper_fetch.ensure_paper(keys or None) if paper else fetch.ensure(keys or None)
     for key, path in report.fetched.items():
         print(f"fetched {key}: {path}")
     if report.ok:
         print(f"all {len(report.present) + len(report.fetched)} data set(s) present and verified")
         return EXIT_OK
-    message = fetch.missing_message(report)
+    message = paper_fetch.paper_missing_message(report) if paper else fetch.missing_message(report)
     if report.broken:
         print(f"ERROR: {message}", file=sys.stderr)
         return EXIT_BROKEN
@@ -76,8 +89,32 @@ def _status() -> int:
     return EXIT_OK
 
 
+def _paper_status() -> int:
+    keys = paper_sources.paper_keys()
+    width = max(len(k) for k in keys)
+    for key in keys:
+        try:
+            if key in paper_sources.PAPER_FILES:
+                path = paper_files.locate(key)
+                state = (f"missing (ensure --paper derives it from "
+                         f"{sources.resolve_url(paper_sources.source_of(key).url)})" if path is None
+                         else f"{path} (verified by {paper_files.verify(key, path)})")
+            else:
+                folder = hub.cached_model(key)
+                m = hub.model(key)
+                state = (f"missing (ensure --paper fetches {m.repo_id}@{m.revision[:7]} from "
+                         f"{hub.endpoint()})" if folder is None
+                         else f"{folder} (verified against the Hub's digests)")
+        except (files.DataIntegrityError, fetch.ChecksumError) as err:
+            state = f"FAILS verification: {err}".splitlines()[0]
+        print(f"{key:<{width}}  {state}")
+    print(f"search order: {', '.join(f'{label} = {d}' for label, d in files.search_dirs())}; "
+          f"Hub cache = {hub.hub_cache_dir()}")
+    return EXIT_OK
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "ensure":
-        return _ensure(args.keys, args.allow_missing)
-    return _status()
+        return _ensure(args.keys, args.allow_missing, args.paper)
+    return _paper_status() if args.paper else _status()

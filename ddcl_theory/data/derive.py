@@ -17,6 +17,7 @@ import json
 import os
 import pickle
 import re
+import shutil
 import tarfile
 import tempfile
 import zipfile
@@ -30,6 +31,7 @@ from ddcl_theory.data.digest import split_lines
 
 SUBSETS = Path(__file__).with_name("subsets.npz")
 CIFAR_TRAIN_SIZE = 50_000
+CIFAR_TEST_SIZE = 10_000
 IMDB_GROUPS = (("train", "neg"), ("train", "pos"), ("test", "neg"), ("test", "pos"))
 IMDB_GROUP_SIZE = 12_500
 IMDB_HEADER = ["id", "split", "label", "rating", "text"]
@@ -194,6 +196,55 @@ def cifar10_rest_arrays(archive: Path, subset_index: Sequence[int]) -> dict[str,
     return _train_arrays(official, rest) | {"label_names": official["label_names"]}
 
 
+def cifar10_full_arrays(archive: Path) -> dict[str, np.ndarray]:
+    """Every image of ``cifar-10-python.tar.gz``, in the official order.
+
+    Returns ``x_train`` uint8 (50000, 32, 32, 3) HWC RGB (``data_batch_1..5`` concatenated),
+    ``y_train`` int64 (50000,), ``x_test`` uint8 (10000, 32, 32, 3) (``test_batch``), ``y_test``
+    int64 (10000,), ``label_names`` unicode (10,); the counts are those of the real archive.
+    """
+    official = _cifar10_official(archive)
+    return {"x_train": _hwc(official["train_rows"]), "y_train": official["train_labels"],
+            "x_test": _hwc(official["test_rows"]), "y_test": official["test_labels"],
+            "label_names": official["label_names"]}
+
+
+def _cifar100_split(batch: dict, split: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rows = np.asarray(batch[b"data"], dtype=np.uint8)
+    if rows.ndim != 2 or rows.shape[1] != 3072:
+        raise ValueError(f"archive: cifar-100-python/{split} data should be (N, 3072) rows, "
+                         f"got shape {rows.shape}")
+    fine = np.asarray(batch[b"fine_labels"], dtype=np.int64)
+    coarse = np.asarray(batch[b"coarse_labels"], dtype=np.int64)
+    if not len(rows) == len(fine) == len(coarse):
+        raise ValueError(f"archive: cifar-100-python/{split} has {len(rows)} images, "
+                         f"{len(fine)} fine and {len(coarse)} coarse labels")
+    return _hwc(rows), fine, coarse
+
+
+def cifar100_arrays(archive: Path) -> dict[str, np.ndarray]:
+    """Every image of ``cifar-100-python.tar.gz``, in the official order.
+
+    The archive holds the pickled dicts ``cifar-100-python/train`` and ``test`` (``data`` rows of
+    3072 bytes, CHW, RGB; ``fine_labels``, ``coarse_labels``) and ``meta`` (``fine_label_names``,
+    ``coarse_label_names``); they are unpickled refusing anything but numpy arrays and builtins.
+
+    Returns ``x_train`` uint8 (50000, 32, 32, 3) HWC RGB, ``y_train`` int64 (50000,) fine labels,
+    ``y_train_coarse`` int64 (50000,), ``x_test`` uint8 (10000, 32, 32, 3), ``y_test``,
+    ``y_test_coarse``, ``label_names`` unicode (100,) fine, ``coarse_label_names`` unicode (20,).
+    """
+    members = _read_members(archive, ["train", "test", "meta"])
+    train, test, meta = (_unpickle_batch(members[n]) for n in ("train", "test", "meta"))
+    del members
+    x_train, y_train, y_train_coarse = _cifar100_split(train, "train")
+    x_test, y_test, y_test_coarse = _cifar100_split(test, "test")
+    return {"x_train": x_train, "y_train": y_train, "y_train_coarse": y_train_coarse,
+            "x_test": x_test, "y_test": y_test, "y_test_coarse": y_test_coarse,
+            "label_names": np.array([s.decode("ascii") for s in meta[b"fine_label_names"]]),
+            "coarse_label_names": np.array([s.decode("ascii")
+                                            for s in meta[b"coarse_label_names"]])}
+
+
 def _zip_member(zf: zipfile.ZipFile, suffix: str) -> bytes:
     return zf.read(_find_member(zf.namelist(), suffix))
 
@@ -216,13 +267,8 @@ def sst2_train_lines(archive: Path) -> tuple[str, list[str]]:
 _IMDB_MEMBER = re.compile(r"(?:^|/)aclImdb/(train|test)/(pos|neg)/(\d+)_(\d+)\.txt$")
 
 
-def imdb_rows(archive: Path, ids: Collection[str]) -> list[list[str]]:
-    """IMDB rows (header first) for the reviews ``ids`` (``"split/pos|neg/<id>"``).
-
-    Rows are ``[id, split, label, rating, text]`` with ``id = "split/pos|neg/<id>_<rating>"``,
-    label 0 = neg, 1 = pos, ordered by group (train/neg, train/pos, test/neg, test/pos) and then by
-    the numeric id; text is the review file decoded as UTF-8, unchanged.
-    """
+def _imdb_scan(archive: Path, wanted: Callable[[str], bool]) -> dict[tuple[int, int], list[str]]:
+    """The labelled reviews whose ``"split/pos|neg/<id>"`` passes ``wanted``, by (group, id)."""
     found: dict[tuple[int, int], list[str]] = {}
     with tarfile.open(archive, "r:*") as tar:
         for member in tar:
@@ -230,15 +276,39 @@ def imdb_rows(archive: Path, ids: Collection[str]) -> list[list[str]]:
             if not member.isfile() or m is None:
                 continue
             split, label, num, rating = m.groups()
-            if f"{split}/{label}/{num}" not in ids:
+            if not wanted(f"{split}/{label}/{num}"):
                 continue
             f = tar.extractfile(member)
             text = f.read().decode("utf-8") if f is not None else ""
             group = IMDB_GROUPS.index((split, label))
             found[(group, int(num))] = [f"{split}/{label}/{num}_{rating}", split,
                                         "1" if label == "pos" else "0", rating, text]
+    return found
+
+
+def imdb_rows(archive: Path, ids: Collection[str]) -> list[list[str]]:
+    """IMDB rows (header first) for the reviews ``ids`` (``"split/pos|neg/<id>"``).
+
+    Rows are ``[id, split, label, rating, text]`` with ``id = "split/pos|neg/<id>_<rating>"``,
+    label 0 = neg, 1 = pos, ordered by group (train/neg, train/pos, test/neg, test/pos) and then by
+    the numeric id; text is the review file decoded as UTF-8, unchanged.
+    """
+    found = _imdb_scan(archive, ids.__contains__)
     if len(found) != len(ids):
         raise ValueError(f"archive: {len(ids) - len(found)} of the {len(ids)} IMDB reviews are missing")
+    return [list(IMDB_HEADER)] + [found[k] for k in sorted(found)]
+
+
+def imdb_all_rows(archive: Path) -> list[list[str]]:
+    """Every labelled review of ``aclImdb_v1.tar.gz`` as rows (header first), as :func:`imdb_rows`.
+
+    The unlabelled ``train/unsup`` reviews are left out: 50,000 rows for the real archive (12,500
+    in each of train/neg, train/pos, test/neg, test/pos, in that order, then by review id).
+    """
+    found = _imdb_scan(archive, lambda _: True)
+    if not found:
+        raise ValueError("archive: no aclImdb/{train,test}/{pos,neg}/<id>_<rating>.txt "
+                         "reviews found")
     return [list(IMDB_HEADER)] + [found[k] for k in sorted(found)]
 
 
@@ -379,6 +449,11 @@ def build_copy(archive: Path, out: Path) -> None:
     write_bytes(out, Path(archive).read_bytes())
 
 
+def build_file_copy(archive: Path, out: Path) -> None:
+    """The data file is the verified download itself, copied in blocks (a large archive)."""
+    shutil.copyfile(archive, out)
+
+
 def build_sst2_dev(archive: Path, out: Path) -> None:
     write_bytes(out, sst2_dev_bytes(archive))
 
@@ -395,3 +470,42 @@ def build_imdb(archive: Path, out: Path, *, ids: Collection[str] | None = None) 
 
 def build_newsgroups(archive: Path, out: Path) -> None:
     write_jsonl_gz(out, newsgroups_records(archive))
+
+
+# ---------------------------------------------------------------------------------------------
+# builders of the paper profile's full sets (registered in ddcl_theory.data.paper_sources)
+
+def _check_counts(arrays: Mapping[str, np.ndarray], n_train: int, n_test: int) -> None:
+    got = (len(arrays["x_train"]), len(arrays["x_test"]))
+    if got != (n_train, n_test):
+        raise ValueError(f"archive: expected {n_train:,} train and {n_test:,} test images, "
+                         f"found {got[0]:,} and {got[1]:,}")
+
+
+def build_cifar10_full(archive: Path, out: Path, *, n_train: int = CIFAR_TRAIN_SIZE,
+                       n_test: int = CIFAR_TEST_SIZE) -> None:
+    """Write every CIFAR-10 image (:func:`cifar10_full_arrays`); the counts must be as given."""
+    arrays = cifar10_full_arrays(archive)
+    _check_counts(arrays, n_train, n_test)
+    write_npz(out, arrays)
+
+
+def build_cifar100(archive: Path, out: Path, *, n_train: int = CIFAR_TRAIN_SIZE,
+                   n_test: int = CIFAR_TEST_SIZE) -> None:
+    """Write every CIFAR-100 image (:func:`cifar100_arrays`); the counts must be as given."""
+    arrays = cifar100_arrays(archive)
+    _check_counts(arrays, n_train, n_test)
+    write_npz(out, arrays)
+
+
+def build_imdb_full(archive: Path, out: Path, *, group_size: int = IMDB_GROUP_SIZE) -> None:
+    """Write every labelled IMDB review (:func:`imdb_all_rows`), ``group_size`` per group."""
+    rows = imdb_all_rows(archive)
+    counts = {g: 0 for g in IMDB_GROUPS}
+    for row in rows[1:]:
+        counts[(row[1], "pos" if row[2] == "1" else "neg")] += 1
+    if any(n != group_size for n in counts.values()):
+        raise ValueError(f"archive: expected {group_size:,} reviews in each of "
+                         f"train/neg, train/pos, test/neg, test/pos, found "
+                         f"{', '.join(f'{n:,}' for n in counts.values())}")
+    write_tsv_gz(out, rows)

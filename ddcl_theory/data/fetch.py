@@ -22,7 +22,7 @@ import os
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -187,7 +187,7 @@ def download(source: Source, directory: Path, *, timeout: float | None = None) -
 # derive
 
 @contextmanager
-def _locked(directory: Path, name: str) -> Iterator[None]:
+def source_lock(directory: Path, name: str) -> Iterator[None]:
     """An exclusive lock (POSIX ``flock``) so that two processes never fetch one source at once."""
     try:
         import fcntl
@@ -203,6 +203,58 @@ def _locked(directory: Path, name: str) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def derive_source(source: Source, keys: Iterable[str], *, name_of: Callable[[str], str],
+                  verify: Callable[[str, Path], object],
+                  accept: Callable[[str, Path, Path, Path, str], None],
+                  timeout: float | None = None) -> dict[str, Path]:
+    """Download ``source`` and derive the data files ``keys`` into the cache; their paths.
+
+    ``name_of(key)``: the file's name in the cache; ``verify(key, path)``: raises on a file that
+    another process put into the cache meanwhile and that fails its check (a good one is kept);
+    ``accept(key, tmp, out, archive, url)``: checks the derived file ``tmp`` before it is renamed
+    to ``out``, raising :class:`ChecksumError` to refuse it (nothing is written then). Under the
+    source's lock; the download is deleted once every requested file is in place.
+    """
+    keys = list(keys)
+    cache = cache_dir()
+    url = resolve_url(source.url)
+    made: dict[str, Path] = {}
+    with source_lock(cache / "downloads", source.name):
+        todo = []
+        for key in keys:
+            out = cache / name_of(key)
+            if out.is_file():  # fetched by a concurrent run while this one waited for the lock
+                verify(key, out)
+                made[key] = out
+            else:
+                todo.append(key)
+        if not todo:
+            return made
+        archive = download(source, cache / "downloads", timeout=timeout)
+        for key in todo:
+            out = cache / name_of(key)
+            with derive.atomic_path(out) as tmp:
+                try:
+                    source.outputs[key](archive, tmp)
+                except Exception as err:  # noqa: BLE001 -- any failure of a builder is reported alike
+                    raise DataFetchError(out.name, url, f"cannot derive it from {archive.name} "
+                                         f"({type(err).__name__}: {err}); {archive} is kept") from err
+                accept(key, tmp, out, archive, url)
+            made[key] = out
+        archive.unlink()
+    return made
+
+
+def _accept_staged(key: str, tmp: Path, out: Path, archive: Path, url: str) -> None:
+    try:
+        files.verify(key, tmp)
+    except files.DataIntegrityError as err:
+        raise ChecksumError(out.name, url,
+                            "the file derived from the verified download does not match "
+                            f"the recorded content digest ({err.detail}); nothing was "
+                            f"written, {archive} is kept") from err
+
+
 def fetch_source(source: Source, keys: Iterable[str], *, timeout: float | None = None) -> dict[str, Path]:
     """Download ``source`` and derive the data files ``keys`` into the cache; their paths.
 
@@ -215,40 +267,8 @@ def fetch_source(source: Source, keys: Iterable[str], *, timeout: float | None =
     for key in keys:
         if key not in source.outputs:
             raise ValueError(f"keys: source {source.name!r} provides {sorted(source.outputs)}, not {key!r}")
-    cache = cache_dir()
-    url = resolve_url(source.url)
-    made: dict[str, Path] = {}
-    with _locked(cache / "downloads", source.name):
-        todo = []
-        for key in keys:
-            out = cache / files.FILES[key].name
-            if out.is_file():  # fetched by a concurrent run while this one waited for the lock
-                files.verify(key, out)
-                made[key] = out
-            else:
-                todo.append(key)
-        if not todo:
-            return made
-        archive = download(source, cache / "downloads", timeout=timeout)
-        for key in todo:
-            spec = files.FILES[key]
-            out = cache / spec.name
-            with derive.atomic_path(out) as tmp:
-                try:
-                    source.outputs[key](archive, tmp)
-                except Exception as err:  # noqa: BLE001 -- any failure of a builder is reported alike
-                    raise DataFetchError(spec.name, url, f"cannot derive it from {archive.name} "
-                                         f"({type(err).__name__}: {err}); {archive} is kept") from err
-                try:
-                    files.verify(key, tmp)
-                except files.DataIntegrityError as err:
-                    raise ChecksumError(spec.name, url,
-                                        "the file derived from the verified download does not match "
-                                        f"the recorded content digest ({err.detail}); nothing was "
-                                        f"written, {archive} is kept") from err
-            made[key] = out
-        archive.unlink()
-    return made
+    return derive_source(source, keys, name_of=lambda k: files.FILES[k].name, verify=files.verify,
+                         accept=_accept_staged, timeout=timeout)
 
 
 @dataclass

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 from ddcl_theory.data import derive
 
 MIRROR_ENV = "DDCL_DATA_MIRROR"
-HASHES = ("md5", "sha256")
+HASHES = ("md5", "sha1", "sha256")
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class Source:
         name: short name (``"cifar10"``).
         url: the canonical URL.
         filename: the name the download is saved under in the cache's ``downloads/`` folder.
-        algo: ``"md5"`` or ``"sha256"``, as the widely used loaders pin it.
+        algo: ``"md5"``, ``"sha1"`` or ``"sha256"``, as the widely used loaders pin it.
         checksum: hex digest of the whole download under ``algo``.
         outputs: data-set key (of :data:`ddcl_theory.data.files.FILES`) -> builder
             ``(archive, out) -> None`` that writes the data file at ``out`` (see
