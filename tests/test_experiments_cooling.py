@@ -12,7 +12,8 @@ import torch
 from ddcl_theory.experiments import annealing, cooling
 from ddcl_theory.runtime.rundir import RunDir
 from ddcl_theory.theory.annealing import linear_schedule
-from ddcl_theory.theory.collapse import collapsed, critical_temperature
+from ddcl_theory.metrics.prototypes import kmeans_pp_init
+from ddcl_theory.theory.collapse import collapsed, critical_temperature, data_covariance
 
 ANNEAL = annealing.AnnealingSettings(n_tokens=200, n_temperatures=6, max_iters=50)
 
@@ -48,24 +49,58 @@ def test_the_annealed_run_of_seed_0_is_the_chapters_annealing_run():
     assert annealed.settled == bool(reference.settled[-1])
 
 
-def test_exact_collapse_is_never_left_by_gradient_steps_under_cooling():
+def _tokens():
     z, _ = annealing.patch_tokens(200, 4, 4, 0)
-    t_c = critical_temperature(z)
+    t_c = critical_temperature(z, objective="free_energy")
+    return z, t_c, float(torch.sqrt(torch.trace(data_covariance(z))))
+
+
+def test_exact_collapse_is_never_left_by_gradient_steps_under_cooling():
+    z, t_c, scale = _tokens()
     taus = linear_schedule(1.5 * t_c, 0.05 * t_c, 60)
-    p, at_tc, _, g_rise, _ = cooling._gradient_run(z, collapsed(z, 4), taus, 0.9 / 200, t_c)
-    assert float((p - p[0]).abs().max()) == 0.0       # a saddle below T_c, never left
-    assert at_tc == 0.0 and g_rise <= 1e-12
+    end, at_tc, _, g_rise, _, carried = cooling.gradient_run(z, collapsed(z, 4), taus,
+                                                             0.9 / 200, t_c, scale)
+    assert end["mean"] == 0.0 and at_tc == 0.0 and carried == 0   # a saddle, never left
+    assert g_rise <= 1e-12
     spread = collapsed(z, 4) + 1e-3 * torch.randn(4, 4, generator=torch.Generator().manual_seed(0),
                                                   dtype=torch.float64)
-    q, _, _, _, _ = cooling._gradient_run(z, spread, taus, 0.9 / 200, t_c)
-    assert float((q - q[0]).abs().max()) > 1e-2       # a perturbation splits it below T_c
+    end, *_ = cooling.gradient_run(z, spread, taus, 0.9 / 200, t_c, scale)
+    assert end["mean"] > 1e-2                         # a perturbation splits it below T_c
+
+
+def _both(steps: int):
+    z, t_c, scale = _tokens()
+    p0 = kmeans_pp_init(z, 4, generator=torch.Generator().manual_seed(0))
+    taus = linear_schedule(1.5 * t_c, 0.05 * t_c, steps)
+    return scale, [cooling.gradient_run(z, p0, taus, 0.9 / 200, t_c, scale, carry=carry)
+                   for carry in (True, False)]
+
+
+def test_the_first_order_carry_agrees_with_coordinates_where_float64_resolves_the_spread():
+    # 550 steps: the spread falls to about 5e-8 sqrt(tr C) above T_c, below the carry's
+    # threshold, where coordinates still hold it to about 1e-8 of itself
+    scale, (carried, plain) = _both(550)
+    assert carried[5] > 100 and plain[5] == 0
+    assert carried[1] / scale < cooling.LINEAR_BELOW
+    for kind in cooling.SEPARATIONS:
+        assert carried[0][kind] == pytest.approx(plain[0][kind], rel=1e-7)
+        assert carried[0][kind] > 0.5 * scale ** (2 if kind == "trace" else 1)
+
+
+def test_through_deep_collapse_the_carried_bank_splits_where_coordinates_cannot():
+    # 1,500 steps: the spread at T_c is far below float64 resolution; coordinates lose it
+    scale, (carried, plain) = _both(1500)
+    assert carried[1] / scale < 1e-18 and plain[1] / scale > 1e-17     # the rounding floor
+    assert carried[0]["min"] / scale > 0.5
+    assert plain[0]["min"] / scale < 1e-12                             # two stayed merged
+    assert carried[3] <= 1e-12                                         # G never rose
 
 
 def test_a_killed_cooling_run_resumes_to_the_same_record(tmp_path, monkeypatch):
     s = tiny()
     whole = cooling.run(s)
     monkeypatch.setattr(cooling, "RunDir", functools.partial(RunDir, root=tmp_path, enabled=True))
-    real, calls = cooling._gradient_run, []
+    real, calls = cooling.gradient_run, []
 
     def run_then_kill(*args, **kwargs):
         calls.append(1)
@@ -74,11 +109,11 @@ def test_a_killed_cooling_run_resumes_to_the_same_record(tmp_path, monkeypatch):
         return real(*args, **kwargs)
 
     with monkeypatch.context() as m:
-        m.setattr(cooling, "_gradient_run", run_then_kill)
+        m.setattr(cooling, "gradient_run", run_then_kill)
         with pytest.raises(KeyboardInterrupt):
             cooling.run(s)
     calls.clear()
-    monkeypatch.setattr(cooling, "_gradient_run", lambda *a, **k: (calls.append(1),
+    monkeypatch.setattr(cooling, "gradient_run", lambda *a, **k: (calls.append(1),
                                                                    real(*a, **k))[1])
     resumed = cooling.run(s)
     assert len(calls) == 2                            # only the second start's two runs

@@ -158,3 +158,22 @@ def test_a_killed_patch_fit_resumes_to_the_same_prototypes(tmp_path, monkeypatch
     assert (resumed.l_q, resumed.l_ols, resumed.v) == (whole.l_q, whole.l_ols, whole.v)
     np.testing.assert_array_equal(resumed.prototypes, whole.prototypes)
     assert resumed.r2 == whole.r2
+
+
+def test_a_split_larger_than_the_data_raises_naming_the_sizes():
+    from ddcl_theory.experiments.ddcl_layer import TransformerSettings, transformer_data
+    s = TransformerSettings.from_profile()
+    with pytest.raises(ValueError, match="n_test = 1001 exceeds the 1000 test images"):
+        transformer_data(dataclasses.replace(s, n_test=1001))
+    with pytest.raises(ValueError, match=r"train_sizes\[-1\] \+ n_val = 10001 exceeds the 10000"):
+        transformer_data(dataclasses.replace(s, train_sizes=(9500,), n_val=501))
+
+
+@pytest.mark.parametrize("name", ["cpu", "reference", "paper"])
+def test_every_profile_asks_for_no_more_images_than_the_subset_holds(name, monkeypatch):
+    from ddcl_theory.experiments.ddcl_layer import PatchSettings, TransformerSettings
+    from ddcl_theory.runtime import profile
+    monkeypatch.setenv(profile.PROFILE_ENV, name)
+    t, p = TransformerSettings.from_profile(), PatchSettings.from_profile()
+    assert t.train_sizes[-1] + t.n_val <= 10_000 and t.n_test <= 1_000
+    assert p.n_images <= 10_000 and p.n_test <= 1_000

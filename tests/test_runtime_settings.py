@@ -108,5 +108,17 @@ def test_nested_takes_only_settings_classes():
 def test_confirmatory_seeds_start_above_every_exploratory_seed():
     from ddcl_theory.runtime.settings import CONFIRMATORY_SEED_BASE, confirmatory_seeds
     assert confirmatory_seeds(3) == (1000, 1001, 1002) and CONFIRMATORY_SEED_BASE == 1000
-    with pytest.raises(ValueError, match="n: expected an int >= 1"):
+    with pytest.raises(ValueError, match=r"n: expected an int in \[1, 1000\]"):
         confirmatory_seeds(0)
+
+
+def test_a_later_confirmatory_run_draws_seeds_no_earlier_run_used():
+    from ddcl_theory.runtime.settings import CONFIRMATORY_SEED_BASE, confirmatory_seeds
+    first, second = confirmatory_seeds(20), confirmatory_seeds(20, run=2)
+    assert first == tuple(range(CONFIRMATORY_SEED_BASE, CONFIRMATORY_SEED_BASE + 20))
+    assert min(second) == 2 * CONFIRMATORY_SEED_BASE and not set(first) & set(second)
+    assert not set(confirmatory_seeds(CONFIRMATORY_SEED_BASE)) & set(second)
+    for bad in ({"n": 0}, {"n": CONFIRMATORY_SEED_BASE + 1}, {"n": 3, "run": 0},
+                {"n": 3, "run": True}):
+        with pytest.raises(ValueError, match="n: expected|run: expected"):
+            confirmatory_seeds(**bad)

@@ -117,6 +117,9 @@ def _fit_patches(s: PatchSettings, run: RunDir | None = None) -> PatchResult:
     gen = profile.seed_everything(s.seed)
     data = load_cifar10()
     train = cifar_patch_tokens(data.x_train[: s.n_images], s.patch).to(device)  # (N, T, D)
+    if s.n_images > len(data.x_train) or s.n_test > len(data.x_test):
+        raise ValueError(f"s: n_images = {s.n_images} and n_test = {s.n_test} must not exceed "
+                         f"the {len(data.x_train)} training and {len(data.x_test)} test images")
     test_images = data.x_test[: s.n_test]
     test = cifar_patch_tokens(test_images, s.patch).to(device)
     dim = train.shape[-1]
@@ -175,10 +178,10 @@ class TransformerSettings(Settings):
     """
 
     train_sizes: tuple[int, ...] = setting((200, 400), reference=(250, 1000),
-                                           paper=(2500, 5000, 10000), smoke=(SMOKE_IMAGES,),
+                                           paper=(2500, 5000, 9000), smoke=(SMOKE_IMAGES,),
                                            ge=1, nonempty=True)
     n_val: int = setting(200, reference=500, paper=1000, smoke=SMOKE_IMAGES, ge=1)
-    n_test: int = setting(100, reference=2000, paper=2000, smoke=SMOKE_IMAGES, ge=1)
+    n_test: int = setting(100, reference=1000, paper=1000, smoke=SMOKE_IMAGES, ge=1)
     epochs: int = setting(4, reference=12, paper=30, smoke=1, ge=1)
     seeds: tuple[int, ...] = setting((0, 1, 2), reference=confirmatory_seeds(12),
                                      paper=confirmatory_seeds(12), smoke=(0,), ge=0,
@@ -450,6 +453,8 @@ def transformer_data(s: TransformerSettings, n_train: int | None = None
     if stop > len(data.x_train):
         raise ValueError(f"s: train_sizes[-1] + n_val = {stop} exceeds the "
                          f"{len(data.x_train)} training images")
+    if s.n_test > len(data.x_test):
+        raise ValueError(f"s: n_test = {s.n_test} exceeds the {len(data.x_test)} test images")
     x_tr = cifar_patch_tokens(data.x_train[:n_train], s.patch)
     x_va = cifar_patch_tokens(data.x_train[s.n_train:stop], s.patch)
     x_te = cifar_patch_tokens(data.x_test[: s.n_test], s.patch)

@@ -261,9 +261,13 @@ def _fits(value: Any, hint: Any) -> bool:
     return True
 
 
-def confirmatory_seeds(n: int) -> tuple[int, ...]:
-    """``n`` seeds no exploratory run used: ``(1000, 1001, ...)`` (the reference profile's
-    seeds of a confirmatory run)."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n: expected an int >= 1, got {n!r}")
-    return tuple(range(CONFIRMATORY_SEED_BASE, CONFIRMATORY_SEED_BASE + n))
+def confirmatory_seeds(n: int, run: int = 1) -> tuple[int, ...]:
+    """``n`` seeds no exploratory run used, for the ``run``-th confirmatory run of an
+    experiment: ``(1000 run, 1000 run + 1, ...)``; a later confirmatory run (after an
+    amendment) draws seeds that no earlier one used."""
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= CONFIRMATORY_SEED_BASE:
+        raise ValueError(f"n: expected an int in [1, {CONFIRMATORY_SEED_BASE}], got {n!r}")
+    if isinstance(run, bool) or not isinstance(run, int) or run < 1:
+        raise ValueError(f"run: expected an int >= 1, got {run!r}")
+    base = CONFIRMATORY_SEED_BASE * run
+    return tuple(range(base, base + n))

@@ -150,6 +150,7 @@ def decide_d10(result) -> Verdict:
     n_collapsed = {name: int((result.relative(name, "min") < D10_SESOI).sum())
                    for name in SCHEDULES}
     linear_tc = min(r.mean_at_tc for r in result.of("linear")) / result.scale
+    carried = max(getattr(r, "linear_steps", 0) for r in gradient)
     names = {"linear": f"linear ({longest} steps)", "exponential": f"exponential ({longest} "
              "steps)", "annealed": "annealed"}
     ends = "; ".join(
@@ -174,10 +175,11 @@ def decide_d10(result) -> Verdict:
         + " ".join(g.detail[0].upper() + g.detail[1:] + "." for g in checked)
         + (f" Schedules whose S_min interval lies below the SESOI: {', '.join(failing)}."
            if failing else "")
-        + (f" On the longest linear schedule the bank reached collapse above T_c (S_mean "
-           f"{below(linear_tc, 1e-12, '.1e')} sqrt(tr C) where tau crosses T_c); collapse is a "
-           "critical point of F at every tau, and below 1e-16 of the spread the assignments "
-           "are exactly uniform in float64, so descent never leaves it."
+        + (f" On the longest linear schedule the bank reached T_c {linear_tc:.1e} sqrt(tr C) "
+           "from collapse, far below float64 resolution: deviations below "
+           f"{result.linear_below:g} sqrt(tr C) are carried to first order (centroid + r u, log r "
+           f"apart; up to {carried} steps of a run), so the split below T_c is computed as exact "
+           "arithmetic gives it (in float64 coordinates the bank would stay collapsed)."
            if linear_tc < 1e-12 else "")
         + why)
     our = (f"S_min / sqrt(tr C) at the end: linear {longest} steps "
@@ -188,7 +190,8 @@ def decide_d10(result) -> Verdict:
     return Verdict("D10", word, evidence, our_value=our,
                    numbers={"max_f_rise": f_rise,
                             "max_g_rise": max(r.max_g_rise for r in gradient),
-                            "below_sesoi": n_collapsed, "linear_mean_at_tc": linear_tc},
+                            "below_sesoi": n_collapsed, "linear_mean_at_tc": linear_tc,
+                            "steps_carried_to_first_order": carried},
                    rule=rule.text, n_seeds=bound.n_seeds, interval=tuple(bound.interval),
                    scale=f"{longest} gradient steps; annealed runs of "
                          f"{s.anneal.n_temperatures} temperatures",
