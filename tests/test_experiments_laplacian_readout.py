@@ -214,3 +214,11 @@ def _reference_settings() -> lr.ReadoutSettings:
             del os.environ[profile.PROFILE_ENV]
         else:
             os.environ[profile.PROFILE_ENV] = old
+
+
+def test_two_worker_processes_give_the_runs_of_one(tiny_study, images):
+    spread = lr.run(_tiny(workers=2), images)
+    assert [(r.n_train, r.setting, r.seed) for r in spread.runs] == \
+        [(r.n_train, r.setting, r.seed) for r in tiny_study.runs]
+    for a, b in zip(spread.runs, tiny_study.runs):
+        assert (a.eval_acc, a.best_epoch, a.val_loss) == (b.eval_acc, b.best_epoch, b.val_loss)

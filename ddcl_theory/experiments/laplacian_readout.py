@@ -44,6 +44,7 @@ from ddcl_theory.runtime.rundir import RunDir
 from ddcl_theory.runtime.settings import Settings, confirmatory_seeds, setting
 from ddcl_theory.runtime.threads import num_threads
 from ddcl_theory.runtime.training import fit
+from ddcl_theory.runtime.workers import map_units
 
 __all__ = ["SETTINGS", "SMOKE_IMAGES", "CONFIRMATORY_SEEDS", "ReadoutSettings", "ReadoutRun",
            "ReadoutStudy", "BestState", "relative_separation", "measure", "train_one", "run"]
@@ -96,6 +97,9 @@ class ReadoutSettings(Settings):
                                      paper=confirmatory_seeds(CONFIRMATORY_SEEDS), smoke=(0, 1),
                                      ge=0, nonempty=True)
     threads: int | None = setting(1, paper=None, ge=1)
+    #: Processes that train the runs (each on ``threads`` threads): the reference profile uses
+    #: both cores of a 2-core machine; the numbers do not depend on it.
+    workers: int = setting(1, reference=2, ge=1)
     #: Train and measure in float64: the cpu profile's golden then replays on any CPU's kernels
     #: (in float32 their last-bit differences grow over the epochs until an early stop moves).
     float64: bool = setting(True, reference=False, paper=False, smoke=False)
@@ -386,6 +390,12 @@ def _threads(n: int | None) -> Iterator[None]:
         yield
 
 
+def _unit(s: ReadoutSettings, *args) -> ReadoutRun:
+    """:func:`train_one` under the settings' thread limit (one unit, in any process)."""
+    with _threads(s.threads):
+        return train_one(s, *args)
+
+
 def run(settings: ReadoutSettings | None = None,
         images: lv.StudyImages | None = None) -> ReadoutStudy:
     """Train and measure every (image count, head setting, seed). ``images`` default:
@@ -397,15 +407,14 @@ def run(settings: ReadoutSettings | None = None,
     images = images or lv.load_study_images(s.n_val, s.n_test)
     device = profile.current().device
     ckpt = RunDir("laplacian_readout", s)
-    runs: list[ReadoutRun] = []
+    jobs = []
     with _threads(s.threads):
         for n in s.n_train:
             tensors = lv.study_patches(images, n, s.patch)
-            runs += [ckpt.unit(f"n={n},setting={setting},seed={seed}",
-                               lambda n=n, setting=setting, seed=seed, tensors=tensors:
-                               train_one(s, tensors, n, setting, seed, images.num_classes,
-                                         device, ckpt))
+            jobs += [(f"n={n},setting={setting},seed={seed}",
+                      (s, tensors, n, setting, seed, images.num_classes, device, ckpt))
                      for setting in SETTINGS for seed in s.seeds]
+        runs = map_units(ckpt, _unit, jobs, workers=s.workers, desc="X2 runs")
     ckpt.finish()
     tokens = (images.x_fit.shape[1] // s.patch) ** 2
     return ReadoutStudy(s, runs, images.source, images.num_classes, tokens)
