@@ -13,14 +13,11 @@ import io
 import json
 import pickle
 import random
-import socket
 import tarfile
 import threading
-import time
 import zipfile
 from dataclasses import dataclass, replace
 from functools import partial
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -30,6 +27,8 @@ import pytest
 from ddcl_theory import data
 from ddcl_theory.data import cache, cli, derive, digest, fetch, files, sources
 from ddcl_theory.runtime import paths
+
+from _loopback import closed_port, serving
 
 LABEL_NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 
@@ -170,70 +169,12 @@ def tiny() -> Tiny:
 # a local HTTP server (Range-capable, with failure modes)
 
 
-class _Handler(BaseHTTPRequestHandler):
-    files: dict[str, bytes] = {}
-    modes: dict[str, str] = {}  # path -> "truncate" | "no-range"
-    log: list[tuple[str, str | None]] = []
-    timeout = 5  # seconds per socket operation: a stuck client cannot hold a thread
-
-    def do_GET(self) -> None:  # noqa: N802 (http.server API)
-        body, mode, rng = self.files.get(self.path), self.modes.get(self.path), self.headers.get("Range")
-        self.log.append((self.path, rng))
-        if body is None:
-            self.send_error(404)
-            return
-        status, start = 200, 0
-        if rng and mode != "no-range" and rng.startswith("bytes=") and rng.endswith("-"):
-            start = int(rng[6:-1])
-            if start >= len(body):
-                self.send_response(416)
-                self.send_header("Content-Range", f"bytes */{len(body)}")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                return
-            status = 206
-        payload = body[start:]
-        self.send_response(status)
-        if status == 206:
-            self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
-        self.send_header("Accept-Ranges", "none" if mode == "no-range" else "bytes")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        if mode == "truncate":
-            payload = payload[: len(payload) // 2]  # then the connection closes (HTTP/1.0)
-        if mode == "stall":  # a little, then silence longer than the client's timeout
-            self.wfile.write(payload[:10])
-            self.wfile.flush()
-            time.sleep(1.5)
-            return
-        self.wfile.write(payload)
-
-    def log_message(self, *args) -> None:  # keep the test output clean
-        pass
-
-
 @pytest.fixture
 def server(tiny):
     """A server on 127.0.0.1 serving the tiny archives at their canonical URL paths."""
-    handler = type("Handler", (_Handler,), {
-        "files": {urlsplit(sources.SOURCES[name].url).path: blob for name, blob in tiny.archives.items()},
-        "modes": {}, "log": []})
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
+    with serving({urlsplit(sources.SOURCES[name].url).path: blob
+                  for name, blob in tiny.archives.items()}) as httpd:
         yield httpd
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(timeout=5)
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
@@ -244,7 +185,7 @@ def registry(monkeypatch, tmp_path, tiny):
     monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
     monkeypatch.setenv(fetch.TIMEOUT_ENV, "5")
     monkeypatch.setenv("DDCL_PROGRESS", "0")
-    monkeypatch.setenv(sources.MIRROR_ENV, f"http://127.0.0.1:{_closed_port()}/")
+    monkeypatch.setenv(sources.MIRROR_ENV, f"http://127.0.0.1:{closed_port()}/")
     builders = {
         "cifar10": {"cifar10": partial(derive.build_cifar10, train_index=tiny.cifar_train_index,
                                        n_test=2),
@@ -375,7 +316,7 @@ def test_ensure_fetches_every_set_and_the_loaders_read_it(monkeypatch, registry,
         path = data.find(key)
         assert path == registry / spec.name
     assert _leftovers(registry) == []  # downloads removed, no .part, no temporary files
-    requested = [p for p, _ in server.RequestHandlerClass.log]
+    requested = [p for _, p, _ in server.RequestHandlerClass.log]
     assert requested.count("/~kriz/cifar-10-python.tar.gz") == 1  # one download, two files
 
     images = data.load_cifar10()
@@ -406,7 +347,7 @@ def test_ensure_fetches_every_set_and_the_loaders_read_it(monkeypatch, registry,
 def test_ensure_for_one_key_fetches_only_its_source(monkeypatch, registry, server):
     _serve(monkeypatch, server)
     assert cli.main(["ensure", "sst2_dev"]) == 0
-    assert [p for p, _ in server.RequestHandlerClass.log] == ["/glue/data/SST-2.zip"]
+    assert [p for _, p, _ in server.RequestHandlerClass.log] == ["/glue/data/SST-2.zip"]
     assert data.find("sst2_dev") is not None and data.find("sst2_train") is None
 
 
@@ -439,7 +380,7 @@ def test_one_cifar_download_resumed_after_a_break_gives_the_subset_and_the_rest(
     handler.log.clear()
     report = fetch.ensure(["cifar10", "cifar10_rest"])
     assert report.ok and set(report.fetched) == {"cifar10", "cifar10_rest"}
-    assert handler.log == [(path, f"bytes={size // 2}-")]
+    assert handler.log == [("GET", path, f"bytes={size // 2}-")]
     for key in ("cifar10", "cifar10_rest"):
         assert data.verify(key, data.find(key)) == "content digest"
     with np.load(data.find("cifar10")) as subset, np.load(data.find("cifar10_rest")) as rest:
@@ -482,7 +423,7 @@ def test_truncated_download_keeps_the_part_and_a_rerun_resumes_it(monkeypatch, r
     handler.log.clear()
     report = fetch.ensure(["imdb"])
     assert report.ok and "imdb" in report.fetched
-    assert handler.log == [(path, f"bytes={size // 2}-")]
+    assert handler.log == [("GET", path, f"bytes={size // 2}-")]
     assert data.verify("imdb", data.find("imdb")) == "content digest"
     assert _leftovers(registry) == []
 
@@ -517,7 +458,7 @@ def test_resume_falls_back_to_a_fresh_download_when_ranges_are_ignored(monkeypat
     downloads.mkdir(parents=True)
     (downloads / "20news-bydate.tar.gz.part").write_bytes(tiny.archives["20newsgroups"][:100])
     assert fetch.ensure(["20newsgroups"]).ok
-    assert handler.log == [(path, "bytes=100-")]  # asked for the rest, got (and used) the whole file
+    assert handler.log == [("GET", path, "bytes=100-")]  # asked for the rest, got (and used) the whole file
     assert data.find("20newsgroups") is not None
 
 
@@ -717,7 +658,7 @@ def test_concurrent_runs_download_a_source_once(monkeypatch, registry, server):
     for t in threads:
         t.join(timeout=30)
     assert errors == [] and len(results) == 2 and all(r.ok for r in results)
-    assert [p for p, _ in server.RequestHandlerClass.log] == ["/~kriz/cifar-10-python.tar.gz"]
+    assert [p for _, p, _ in server.RequestHandlerClass.log] == ["/~kriz/cifar-10-python.tar.gz"]
 
 
 def test_download_progress_goes_to_stderr_when_enabled(monkeypatch, registry, server, capsys):
@@ -733,7 +674,7 @@ def test_module_entry_point_runs_status_and_rejects_unknown_keys(tmp_path):
     import subprocess
     import sys
 
-    env = dict(os.environ, DDCL_CACHE_DIR=str(tmp_path), DDCL_DATA_MIRROR=f"http://127.0.0.1:{_closed_port()}/")
+    env = dict(os.environ, DDCL_CACHE_DIR=str(tmp_path), DDCL_DATA_MIRROR=f"http://127.0.0.1:{closed_port()}/")
     run = partial(subprocess.run, capture_output=True, text=True, env=env, timeout=120)
     status = run([sys.executable, "-m", "ddcl_theory.data", "status"])
     assert status.returncode == 0, status.stderr

@@ -14,15 +14,12 @@ import io
 import json
 import os
 import pickle
-import socket
 import subprocess
 import sys
 import tarfile
-import threading
 import zipfile
 from dataclasses import dataclass, replace
 from functools import partial
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -44,6 +41,8 @@ from ddcl_theory.data import (
     sources,
 )
 from ddcl_theory.runtime import paths
+
+from _loopback import closed_port, serving
 
 ROOT = Path(__file__).resolve().parents[1]
 CIFAR10_NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship",
@@ -197,55 +196,6 @@ def _git_blob_sha1(body: bytes) -> str:
     return hashlib.sha1(f"blob {len(body)}\0".encode() + body).hexdigest()  # noqa: S324
 
 
-class _Handler(BaseHTTPRequestHandler):
-    files: dict[str, bytes] = {}
-    headers_for: dict[str, dict[str, str]] = {}  # path -> extra headers (the Hub's)
-    modes: dict[str, str] = {}  # path -> "truncate"
-    log: list[tuple[str, str, str | None]] = []
-    timeout = 5
-
-    def _answer(self, with_body: bool) -> None:
-        path = self.path
-        body, rng = self.files.get(path), self.headers.get("Range")
-        self.log.append((self.command, path, rng))
-        if body is None:
-            self.send_error(404)
-            return
-        status, start = 200, 0
-        if rng and rng.startswith("bytes=") and rng.endswith("-"):
-            start = int(rng[6:-1])
-            if start >= len(body):
-                self.send_response(416)
-                self.send_header("Content-Range", f"bytes */{len(body)}")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                return
-            status = 206
-        payload = body[start:]
-        self.send_response(status)
-        if status == 206:
-            self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
-        self.send_header("Accept-Ranges", "bytes")
-        self.send_header("Content-Length", str(len(payload)))
-        for name, value in self.headers_for.get(path, {}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        if not with_body:
-            return
-        if self.modes.get(path) == "truncate":
-            payload = payload[: len(payload) // 2]
-        self.wfile.write(payload)
-
-    def do_GET(self) -> None:  # noqa: N802 (http.server API)
-        self._answer(True)
-
-    def do_HEAD(self) -> None:  # noqa: N802
-        self._answer(False)
-
-    def log_message(self, *args) -> None:
-        pass
-
-
 def _hub_entries(key: str, files: dict[str, bytes]) -> tuple[dict, dict]:
     """Paths and headers of a Hub model's files: LFS-style for .safetensors, git-style otherwise."""
     m = paper_sources.HUB_MODELS[key]
@@ -271,25 +221,8 @@ def server(tiny, registry):
         b, h = _hub_entries(key, files)
         bodies |= b
         heads |= h
-    handler = type("Handler", (_Handler,), {"files": bodies, "headers_for": heads, "modes": {},
-                                            "log": []})
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                              daemon=True)
-    thread.start()
-    try:
+    with serving(bodies, heads) as httpd:
         yield httpd
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(timeout=5)
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
@@ -302,7 +235,7 @@ def registry(monkeypatch, tmp_path, tiny):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
     monkeypatch.setenv(fetch.TIMEOUT_ENV, "5")
     monkeypatch.setenv("DDCL_PROGRESS", "0")
-    monkeypatch.setenv(sources.MIRROR_ENV, f"http://127.0.0.1:{_closed_port()}/")
+    monkeypatch.setenv(sources.MIRROR_ENV, f"http://127.0.0.1:{closed_port()}/")
     builders = {"cifar10": {"cifar10_full": partial(derive.build_cifar10_full, n_train=10,
                                                     n_test=3)},
                 "cifar100": {"cifar100": partial(derive.build_cifar100, n_train=4, n_test=3)},

@@ -309,16 +309,26 @@ def ensure(keys: Iterable[str] | None = None, *, timeout: float | None = None) -
             report.present[key] = path
         else:
             wanted.setdefault(sources.source_for(key).name, []).append(key)
+    fetch_groups(report, wanted,
+                 lambda name: urlsplit(resolve_url(sources.SOURCES[name].url)).netloc,
+                 lambda name, group: fetch_source(sources.SOURCES[name], group, timeout=timeout))
+    return report
+
+
+def fetch_groups(report: EnsureReport, wanted: dict[str, list[str]], host_of: Callable[[str], str],
+                 fetch_group: Callable[[str, list[str]], dict[str, Path]]) -> None:
+    """Fetch each source's group of keys (``wanted``: source name -> keys) into ``report``:
+    ``fetched`` on success, ``missing`` with the problem otherwise. A host found unreachable is
+    not tried again for later sources (their keys are missing, "not tried")."""
     dead_hosts: dict[str, str] = {}
     for name, group in wanted.items():
-        source = sources.SOURCES[name]
-        host = urlsplit(resolve_url(source.url)).netloc
+        host = host_of(name)
         if host in dead_hosts:
             for key in group:
                 report.missing[key] = f"not tried: {dead_hosts[host]}"
             continue
         try:
-            report.fetched.update(fetch_source(source, group, timeout=timeout))
+            report.fetched.update(fetch_group(name, group))
         except NetworkError as err:
             if err.unreachable:
                 dead_hosts[host] = f"{host} could not be reached"
@@ -331,7 +341,6 @@ def ensure(keys: Iterable[str] | None = None, *, timeout: float | None = None) -
             for key in group:
                 report.missing[key] = (f"cannot write the cache {cache_dir()} ({err}); set "
                                        f"{CACHE_ENV} to a writable directory")
-    return report
 
 
 def missing_message(report: EnsureReport) -> str:

@@ -28,6 +28,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from ddcl_theory.data import paper_sources
+from ddcl_theory.data.digest import file_sha256
 from ddcl_theory.data.fetch import ChecksumError, DataFetchError, NetworkError, timeout_s
 from ddcl_theory.data.sources import MIRROR_ENV, resolve_url
 
@@ -75,14 +76,6 @@ def _git_blob_sha1(path: Path) -> str:
     return h.hexdigest()
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def check_file(key: str, filename: str, path: Path, *, remove: bool = False) -> None:
     """Check a cached file (a snapshot link into ``blobs/``) against its ETag and pinned sha256.
 
@@ -97,7 +90,7 @@ def check_file(key: str, filename: str, path: Path, *, remove: bool = False) -> 
         problem = (f"it is not a link into the cache's blobs/ folder ({blob}), so the digest the "
                    "Hub names it by cannot be checked")
     elif len(etag) == 64:
-        got = _sha256(blob)
+        got = file_sha256(blob)
         problem = None if got == etag else f"its sha256 is {got}, the Hub names it {etag}"
     elif len(etag) == 40:
         got = _git_blob_sha1(blob)
@@ -106,7 +99,7 @@ def check_file(key: str, filename: str, path: Path, *, remove: bool = False) -> 
         problem = f"the Hub named it {etag!r}, which is neither a sha256 nor a git blob sha1"
     pinned = m.sha256.get(filename)
     if problem is None and pinned is not None:
-        got = _sha256(blob)
+        got = file_sha256(blob)
         problem = None if got == pinned else f"its sha256 is {got}, the catalogue pins {pinned}"
     if problem is None:
         return

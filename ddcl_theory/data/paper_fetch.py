@@ -17,13 +17,13 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from ddcl_theory.data import files, hub, paper_files, paper_sources
-from ddcl_theory.data.cache import CACHE_ENV, cache_dir
+from ddcl_theory.data.cache import cache_dir
 from ddcl_theory.data.fetch import (
     ChecksumError,
     DataFetchError,
     EnsureReport,
-    NetworkError,
     derive_source,
+    fetch_groups,
 )
 from ddcl_theory.data.sources import Source, resolve_url
 
@@ -85,33 +85,16 @@ def ensure_paper(keys: Iterable[str] | None = None, *, timeout: float | None = N
             wanted.setdefault(paper_sources.PAPER_FILES[key].source, []).append(key)
         else:
             wanted.setdefault(f"hub:{key}", []).append(key)
-    dead_hosts: dict[str, str] = {}
-    for name, group in wanted.items():
-        is_hub = name.startswith("hub:")
-        host = urlsplit(hub.endpoint() if is_hub else
+    def host_of(name: str) -> str:
+        return urlsplit(hub.endpoint() if name.startswith("hub:") else
                         resolve_url(paper_sources.PAPER_SOURCES[name].url)).netloc
-        if host in dead_hosts:
-            for key in group:
-                report.missing[key] = f"not tried: {dead_hosts[host]}"
-            continue
-        try:
-            if is_hub:
-                report.fetched[group[0]] = hub.fetch_model(group[0], timeout=timeout)
-            else:
-                report.fetched.update(fetch_paper_source(paper_sources.PAPER_SOURCES[name], group,
-                                                         timeout=timeout))
-        except NetworkError as err:
-            if err.unreachable:
-                dead_hosts[host] = f"{host} could not be reached"
-            for key in group:
-                report.missing[key] = err.problem
-        except DataFetchError as err:
-            for key in group:
-                report.missing[key] = err.problem
-        except OSError as err:  # the cache cannot be written
-            for key in group:
-                report.missing[key] = (f"cannot write the cache {cache_dir()} ({err}); set "
-                                       f"{CACHE_ENV} to a writable directory")
+
+    def fetch_group(name: str, group: list[str]) -> dict[str, Path]:
+        if name.startswith("hub:"):
+            return {group[0]: hub.fetch_model(group[0], timeout=timeout)}
+        return fetch_paper_source(paper_sources.PAPER_SOURCES[name], group, timeout=timeout)
+
+    fetch_groups(report, wanted, host_of, fetch_group)
     return report
 
 
