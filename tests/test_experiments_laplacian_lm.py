@@ -89,6 +89,14 @@ def test_a_study_is_reproducible(study):
         _same_run(a, b)
 
 
+def test_two_worker_processes_give_the_runs_of_one(study):
+    spread = lm.run(tiny(workers=2))
+    assert [(r.laplacian_heads, r.steps, r.seed) for r in spread.runs] == \
+        [(r.laplacian_heads, r.steps, r.seed) for r in study.runs]
+    for a, b in zip(study.runs, spread.runs):
+        _same_run(a, b)
+
+
 def test_both_arms_of_a_seed_start_from_the_same_weights_and_draw_the_same_batches(text):
     s = tiny()
     stacks = [StackedModels(lm._make_model(s, len(text.vocab), lap), (0, 1)) for lap in s.arms]

@@ -107,3 +107,23 @@ def test_the_reference_profile_scales_the_images_and_uses_confirmatory_seeds(mon
     assert vit.dim == ls.ViTStudySettings().dim and vit.wide.dim >= 128
     for seeds in (vit.seeds, vit.terminal.seeds, vit.wide.seeds):
         assert min(seeds) >= CONFIRMATORY_SEED_BASE and len(seeds) >= 5
+
+
+def test_two_worker_processes_give_the_runs_of_one(vit_study):
+    assert ls.run_vit(tiny_vit(workers=2), synthetic_images()).runs == vit_study.runs
+
+
+def test_a_worker_without_images_loads_the_study_images_once(monkeypatch, vit_study):
+    loads = []
+
+    def load(n_val, n_test):
+        loads.append((n_val, n_test))
+        return synthetic_images()
+
+    monkeypatch.setattr(ls.lv, "load_study_images", load)
+    ls._study_images.cache_clear()
+    s = tiny_vit()
+    runs = [ls._stack_unit(s, None, "sweep", 40, 8, h, s.seeds, "cpu") for h in ("0", "all")]
+    ls._study_images.cache_clear()
+    assert loads == [(48, 60)]
+    assert runs[0] + runs[1] == vit_study.by("0", n_train=40) + vit_study.by("all", n_train=40)

@@ -44,6 +44,7 @@ from ddcl_theory.runtime.rundir import RunDir
 from ddcl_theory.runtime.settings import Settings, confirmatory_seeds, setting
 from ddcl_theory.runtime.stacked import PerSeedLoss, StackedModels, stacked_batches
 from ddcl_theory.runtime.threads import num_threads
+from ddcl_theory.runtime.workers import map_units
 from ddcl_theory.runtime.training import fit
 
 __all__ = ["LMSettings", "LMRun", "LMStudy", "lr_factor", "measure", "heldout_window_losses",
@@ -97,6 +98,9 @@ class LMSettings(Settings):
                                      paper=(0, 1, 2, 3, 4), smoke=(0,), ge=0, nonempty=True)
     trend_seeds: int = setting(3, reference=5, paper=5, smoke=1, ge=1)
     threads: int | None = setting(1, paper=None, ge=1)
+    #: Processes that train the stacks (each on ``threads`` threads): the reference profile
+    #: uses both cores of a 2-core machine; the numbers do not depend on it.
+    workers: int = setting(1, reference=2, ge=1)
 
     def check(self) -> None:
         if self.laplacian_heads > self.heads:
@@ -315,6 +319,12 @@ def train_lm_stack(settings: LMSettings, text: TextParts, laplacian_heads: int, 
     return runs
 
 
+def _stack_unit(settings: LMSettings, *args) -> list[LMRun]:
+    """:func:`train_lm_stack` under the settings' thread limit (one unit, in any process)."""
+    with _threads(settings.threads):
+        return train_lm_stack(settings, *args)
+
+
 def run(settings: LMSettings | None = None) -> LMStudy:
     """Every run of the study: both arms at every training length. Finished stacks are kept in
     the run directory (reference and paper profiles) and a killed study resumes."""
@@ -324,14 +334,15 @@ def run(settings: LMSettings | None = None) -> LMStudy:
     if settings.heldout_chars is not None:               # the smoke run scores a short piece
         text = dataclasses.replace(text, heldout=text.heldout[:settings.heldout_chars])
     ckpt = RunDir("laplacian_lm", settings)
-    runs: list[LMRun] = []
+    units = [(f"lap={lap},steps={steps}",
+              (settings, text, lap, steps, settings.seeds_at(steps), device, ckpt))
+             for steps in settings.steps for lap in settings.arms]
+    costs = [steps * len(settings.seeds_at(steps)) for steps in settings.steps
+             for _ in settings.arms]
     with _threads(settings.threads):
-        for steps in settings.steps:
-            for lap in settings.arms:
-                seeds = settings.seeds_at(steps)
-                runs += ckpt.unit(f"lap={lap},steps={steps}",
-                                  lambda lap=lap, steps=steps, seeds=seeds:
-                                  train_lm_stack(settings, text, lap, steps, seeds, device, ckpt))
+        stacks = map_units(ckpt, _stack_unit, units, workers=settings.workers,
+                           desc="GPT stacks", costs=costs)
+    runs = [run for stack in stacks for run in stack]
     ckpt.finish()
     n_windows = len(tiling_starts(len(text.heldout), settings.block_size))
     return LMStudy(settings, runs, text.source, len(text.vocab), n_windows)

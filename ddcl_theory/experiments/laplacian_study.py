@@ -28,6 +28,7 @@ The language-model study of claim L9 is :mod:`ddcl_theory.experiments.laplacian_
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -49,6 +50,7 @@ from ddcl_theory.runtime import profile
 from ddcl_theory.runtime.rundir import RunDir
 from ddcl_theory.runtime.settings import Settings, confirmatory_seeds, nested, setting
 from ddcl_theory.runtime.threads import num_threads
+from ddcl_theory.runtime.workers import map_units
 
 __all__ = ["TerminalSettings", "WidthSettings", "ViTStudySettings", "ViTRun", "ViTStudy",
            "run_vit", "train_vit_stack_runs", "measure_vit"]
@@ -110,8 +112,8 @@ class ViTStudySettings(Settings):
 
     cpu: a small sweep (200, 400 and 800 images, 3 seeds) that CI replays; reference: 1,000,
     3,000 and 9,000 images on 22 confirmatory seeds (the terminal runs on 20, the wide runs on
-    10: the rules' seeds, about an hour of one core in all); paper: the paper-profile ViT (width 192,
-    6 layers, 4x4 patches) on the same counts."""
+    10: the rules' seeds), the stacks spread over two processes; paper: the paper-profile ViT
+    (width 192, 6 layers, 4x4 patches) on the same counts."""
 
     n_train: tuple[int, ...] = setting((200, 400, 800), reference=(1000, 3000, 9000),
                                        paper=(1000, 3000, 9000), smoke=(16,), ge=1,
@@ -136,6 +138,9 @@ class ViTStudySettings(Settings):
     terminal: TerminalSettings = nested(TerminalSettings)
     wide: WidthSettings = nested(WidthSettings)
     threads: int | None = setting(1, paper=None, ge=1)
+    #: Processes that train the stacks (each on ``threads`` threads): the reference profile
+    #: uses both cores of a 2-core machine; the numbers do not depend on it.
+    workers: int = setting(1, reference=2, ge=1)
 
     def check(self) -> None:
         name = type(self).__name__
@@ -345,6 +350,20 @@ class ViTStudy:
         return {s: laplacian_count(s, self.settings.heads) for s in self.settings.head_settings}
 
 
+@functools.lru_cache(maxsize=1)
+def _study_images(n_val: int, n_test: int) -> lv.StudyImages:
+    """The study's images, loaded once per worker process."""
+    return lv.load_study_images(n_val, n_test)
+
+
+def _stack_unit(settings: ViTStudySettings, images: lv.StudyImages | None, *args) -> list[ViTRun]:
+    """:func:`train_vit_stack_runs` under the settings' thread limit, in any process (``images``
+    None: the study's own, loaded here)."""
+    with _threads(settings.threads):
+        return train_vit_stack_runs(settings, images or _study_images(settings.n_val,
+                                                                      settings.n_test), *args)
+
+
 def run_vit(settings: ViTStudySettings | None = None,
             images: lv.StudyImages | None = None) -> ViTStudy:
     """Every run of the ViT study: the sweep (each image count, each head setting), the
@@ -352,6 +371,7 @@ def run_vit(settings: ViTStudySettings | None = None,
     :func:`~ddcl_theory.experiments.laplacian_vit.load_study_images`. Finished stacks are kept
     in the run directory (reference and paper profiles) and a killed study resumes."""
     settings = settings or ViTStudySettings.from_profile()
+    injected = images is not None
     images = images or lv.load_study_images(settings.n_val, settings.n_test)
     device = profile.current().device
     ckpt = RunDir("laplacian_study_vit", settings)
@@ -361,13 +381,17 @@ def run_vit(settings: ViTStudySettings | None = None,
              for s in PAIR]
     jobs += [("wide", settings.wide.n_train, settings.wide.dim, s, settings.wide.seeds)
              for s in PAIR]
-    runs: list[ViTRun] = []
+    shared = images if injected or settings.workers == 1 else None    # workers load their own
+    units = [(f"{part},n={n},d={dim},setting={s}",
+              (settings, shared, part, n, dim, s, seeds, device, ckpt))
+             for part, n, dim, s, seeds in jobs]
+    costs = [n * dim ** 2 * len(seeds) * (settings.terminal.epochs if part == "terminal"
+                                          else settings.epochs)
+             for part, n, dim, _, seeds in jobs]
     with _threads(settings.threads):
-        for part, n, dim, s, seeds in jobs:
-            runs += ckpt.unit(f"{part},n={n},d={dim},setting={s}",
-                              lambda part=part, n=n, dim=dim, s=s, seeds=seeds:
-                              train_vit_stack_runs(settings, images, part, n, dim, s, seeds,
-                                                   device, ckpt))
+        stacks = map_units(ckpt, _stack_unit, units, workers=settings.workers,
+                           desc="ViT stacks", costs=costs)
+    runs = [run for stack in stacks for run in stack]
     ckpt.finish()
     tokens = (images.x_fit.shape[1] // settings.patch) ** 2
     return ViTStudy(settings, runs, images.source, images.num_classes, tokens)

@@ -54,12 +54,17 @@ def _in_worker(rundir: RunDir, key: str, fn: Callable[..., T], args: tuple) -> T
 
 
 def map_units(rundir: RunDir, fn: Callable[..., T], jobs: Sequence[tuple[str, tuple]],
-              workers: int = 1, desc: str = "units") -> list[T]:
+              workers: int = 1, desc: str = "units",
+              costs: Sequence[float] | None = None) -> list[T]:
     """``[fn(*args) for key, args in jobs]``, each a unit ``key`` of ``rundir``, over
-    ``workers`` processes (see the module docstring)."""
+    ``workers`` processes (see the module docstring). ``costs``: an estimate per job (e.g.
+    images times seeds); the pool starts the costliest first, so that the last unit to finish
+    is a short one. The results keep the order of ``jobs`` whatever the costs."""
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers: expected an int >= 1, got {workers!r}")
     rows = _check_jobs(jobs)
+    if costs is not None and len(costs) != len(rows):
+        raise ValueError(f"costs: expected one per job ({len(rows)}), got {len(costs)}")
     if workers == 1:
         return [rundir.unit(key, lambda args=args: fn(*args)) for key, args in rows]
     results: dict[str, Any] = {}
@@ -71,6 +76,9 @@ def map_units(rundir: RunDir, fn: Callable[..., T], jobs: Sequence[tuple[str, tu
             rundir.loaded.append(key)
         else:
             todo.append((key, args))
+    if costs is not None:
+        cost_of = {key: c for (key, _), c in zip(rows, costs)}
+        todo.sort(key=lambda job: -cost_of[job[0]])
     if todo:
         import torch.multiprocessing as mp
         with cf.ProcessPoolExecutor(max_workers=min(workers, len(todo)),
