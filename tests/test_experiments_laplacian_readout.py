@@ -179,6 +179,7 @@ def test_x2_settings_are_checked_and_follow_the_profile(monkeypatch):
     monkeypatch.setenv(profile.PROFILE_ENV, "reference")
     ref = lr.ReadoutSettings.from_profile()
     assert ref.n_train == (1000, 3000, 9000) and ref.n_test == 10_000
+    assert (ref.threads, ref.workers) == (1, 2) and cpu.workers == 1
     assert min(ref.seeds) >= 1000 and len(ref.seeds) == lr.CONFIRMATORY_SEEDS
     assert ref.n_train[-1] + ref.n_val <= 10_000         # the subset holds both
     monkeypatch.setenv(profile.PROFILE_ENV, "paper")

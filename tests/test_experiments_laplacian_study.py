@@ -105,6 +105,7 @@ def test_the_reference_profile_scales_the_images_and_uses_confirmatory_seeds(mon
     vit = ls.ViTStudySettings.from_profile()
     assert vit.n_train == (1000, 3000, 9000) and vit.n_test == 10_000
     assert vit.dim == ls.ViTStudySettings().dim and vit.wide.dim >= 128
+    assert (vit.threads, vit.workers) == (1, 2)             # both cores of a 2-core machine
     for seeds in (vit.seeds, vit.terminal.seeds, vit.wide.seeds):
         assert min(seeds) >= CONFIRMATORY_SEED_BASE and len(seeds) >= 5
 
