@@ -89,6 +89,7 @@ def test_a_study_is_reproducible(study):
         _same_run(a, b)
 
 
+@pytest.mark.slow  # spawns two interpreters that import torch
 def test_two_worker_processes_give_the_runs_of_one(study):
     spread = lm.run(tiny(workers=2))
     assert [(r.laplacian_heads, r.steps, r.seed) for r in spread.runs] == \

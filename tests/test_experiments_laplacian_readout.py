@@ -217,6 +217,7 @@ def _reference_settings() -> lr.ReadoutSettings:
             os.environ[profile.PROFILE_ENV] = old
 
 
+@pytest.mark.slow  # spawns two interpreters that import torch
 def test_two_worker_processes_give_the_runs_of_one(tiny_study, images):
     spread = lr.run(_tiny(workers=2), images)
     assert [(r.n_train, r.setting, r.seed) for r in spread.runs] == \

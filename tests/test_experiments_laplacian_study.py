@@ -110,6 +110,7 @@ def test_the_reference_profile_scales_the_images_and_uses_confirmatory_seeds(mon
         assert min(seeds) >= CONFIRMATORY_SEED_BASE and len(seeds) >= 5
 
 
+@pytest.mark.slow  # spawns two interpreters that import torch
 def test_two_worker_processes_give_the_runs_of_one(vit_study):
     assert ls.run_vit(tiny_vit(workers=2), synthetic_images()).runs == vit_study.runs
 
