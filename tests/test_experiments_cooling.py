@@ -96,6 +96,16 @@ def test_through_deep_collapse_the_carried_bank_splits_where_coordinates_cannot(
     assert carried[3] <= 1e-12                                         # G never rose
 
 
+def test_a_carried_run_records_its_float64_twin_and_only_a_carried_run_does():
+    result = cooling.run(tiny(k=4, steps=(3, 1500), seeds=(0,), anneal_seeds=()))
+    deep = result.of("linear")[0]
+    _, (carried, plain) = _both(1500)                     # the same start and schedule
+    assert deep.linear_steps == carried[5] > 0 and deep.end == carried[0]
+    assert deep.float64_end == plain[0] and deep.float64_end["min"] / result.scale < 1e-12
+    for r in result.runs:
+        assert (r.float64_end is not None) == (r.linear_steps > 0)
+
+
 def test_a_killed_cooling_run_resumes_to_the_same_record(tmp_path, monkeypatch):
     s = tiny()
     whole = cooling.run(s)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from ddcl_theory.experiments import cooling
 from ddcl_theory.experiments.cooling import CoolingResult, CoolingRun, CoolingSettings
 from ddcl_theory.ledger.claims import rule_of
 from ddcl_theory.ledger.decisions import free_energy as dec
-from ddcl_theory.ledger.rules import D10_SESOI
+from ddcl_theory.ledger.rules import D10_CARRIED, D10_SESOI
 
 
 def test_d7_refuted_when_v_only_contracts_and_collapse_is_stable_above_the_trained_threshold():
@@ -22,10 +23,12 @@ def test_d7_refuted_when_v_only_contracts_and_collapse_is_stable_above_the_train
 
 
 def fake_cooling(ends: dict, *, n: int = 20, g_rise: float = 0.0, move: float = 0.0,
-                 settled: bool = True, seed: int = 0) -> CoolingResult:
+                 settled: bool = True, seed: int = 0,
+                 twin: float | None = None) -> CoolingResult:
     """A cooling result whose final S_min / sqrt(tr C) per start at the longest length are
     ``ends[schedule]``: (mean, sd), drawn for ``n`` starts, or the ``n`` values; S_mean is
-    zero only where S_min is."""
+    zero only where S_min is. ``twin``: the longest linear runs were carried to first order,
+    and their float64 twins end with this S_min / sqrt(tr C)."""
     settings = CoolingSettings()
     rng = np.random.default_rng(seed)
     runs = []
@@ -36,10 +39,15 @@ def fake_cooling(ends: dict, *, n: int = 20, g_rise: float = 0.0, move: float = 
                 v = (values[start] if values is not None
                      else max(float(mean + sd * rng.standard_normal()), 0.0))
                 spread = 4 * v + (2.0 if v > 0 else 0.0)      # collapsed only when merged
+                carried = twin is not None and schedule == "linear" \
+                    and length == settings.steps[-1]
                 runs.append(CoolingRun(schedule, length, start, {"min": 2 * v, "mean": spread,
                                                                  "trace": 1.0}, 1.0,
                                        5.0 if schedule != "annealed" else 0.0,
-                                       g_rise if schedule == "linear" else -1e-3, move, settled))
+                                       g_rise if schedule == "linear" else -1e-3, move, settled,
+                                       100 if carried else 0,
+                                       {"min": 2 * twin, "mean": 2 * twin, "trace": 0.0}
+                                       if carried else None))
     return CoolingResult(settings, 4.0, 2.0, 1000, runs)
 
 
@@ -88,6 +96,23 @@ def test_d10_inconclusive_when_a_gate_fails_or_too_few_starts_ran():
     few = dec.decide_d10(fake_cooling(GOOD, n=3))
     assert few.word == "inconclusive" and all(t.word == "reproduced" for t in few.tests)
     assert "3 starts at the longest schedules, the rule registers 20" in few.evidence
+
+
+def test_d10_qualified_when_a_carried_run_ends_collapsed_in_float64_coordinates():
+    v = dec.decide_d10(fake_cooling(GOOD, twin=0.0))
+    assert v.word == "qualified" and [t.word for t in v.tests] == ["reproduced"] * 6
+    assert "(the 20 carried runs): 20 end with S_min below 0.01" in v.evidence
+    assert "not in the floating point a layer is trained in" in v.evidence
+    assert v.numbers["float64_twins_below_sesoi"] == 20
+    apart = dec.decide_d10(fake_cooling(GOOD, twin=0.3))       # the twins split as well
+    assert apart.word == "reproduced" and "(the 20 carried runs): 0 end" in apart.evidence
+    failed = dec.decide_d10(fake_cooling({**GOOD, "linear": (0.0, 0.0)}, twin=0.0))
+    assert failed.word == "not reproduced"                     # a qualifier never lifts a word
+
+
+def test_d10_rule_registers_its_carry_threshold_as_the_experiment_applies_it():
+    assert D10_CARRIED == cooling.LINEAR_BELOW
+    assert "qualified when such a float64 twin ends with S_min" in rule_of("D10").text
 
 
 def test_d10_rule_registers_its_sesoi_gates_and_twenty_starts():

@@ -66,8 +66,9 @@ class CoolingSettings(Settings):
     """Cooling schedules from many starts: cpu 20 starts at 40 and 400 steps and 3 starts at
     4,000 steps, and 3 annealed starts of at most 300 fixed-point steps per temperature;
     reference 20 starts at every length and 20 annealed starts of at most 2,000 steps, on the
-    seeds of a second confirmatory run (the first ran before deviations near collapse were
-    carried to first order, and its seeds are spent)."""
+    seeds of a third confirmatory run (the first ran before deviations near collapse were
+    carried to first order, the second before the rule read the float64 twins of carried runs;
+    their seeds are spent)."""
 
     title = "cooling schedules from k-means++ starts, and annealed runs from collapse"
 
@@ -76,10 +77,10 @@ class CoolingSettings(Settings):
     end_ratio: float = setting(0.05, gt=0)             # last tau = end_ratio * T_c
     steps: tuple[int, ...] = setting((40, 400, 4000), smoke=(3,), ge=1, nonempty=True)
     step_n: float = setting(0.9, gt=0, lt=1)           # eta = step_n / N (< 1/N: F descends)
-    seeds: tuple[int, ...] = setting(tuple(range(20)), reference=confirmatory_seeds(20, run=2),
+    seeds: tuple[int, ...] = setting(tuple(range(20)), reference=confirmatory_seeds(20, run=3),
                                      smoke=(0,), ge=0, nonempty=True)
     longest_seeds: int = setting(3, reference=20, ge=1)   # the first ones run the longest
-    anneal_seeds: tuple[int, ...] = setting((1, 2, 3), reference=confirmatory_seeds(20, run=2),
+    anneal_seeds: tuple[int, ...] = setting((1, 2, 3), reference=confirmatory_seeds(20, run=3),
                                             ge=0)
     anneal: AnnealingSettings = nested(AnnealingSettings,
                                        max_iters=setting(300, reference=2000, paper=10000,
@@ -111,7 +112,9 @@ class CoolingRun:
     at the start (0.0 for an annealed run, whose steps are not gradient steps of one schedule);
     ``last_move``: the largest coordinate move of the last update; ``settled``: an annealed run
     settled at its last temperature (True for gradient runs); ``linear_steps``: the steps at
-    which the deviations were carried to first order (0 for an annealed run)."""
+    which the deviations were carried to first order (0 for an annealed run); ``float64_end``:
+    for a run that was carried, S_min, S_mean, S_tr at the end of the same schedule from the
+    same start in float64 coordinates throughout (``carry=False``), else None."""
 
     schedule: str
     length: int
@@ -123,6 +126,7 @@ class CoolingRun:
     last_move: float
     settled: bool
     linear_steps: int = 0
+    float64_end: dict | None = None
 
 
 @dataclass
@@ -284,8 +288,10 @@ def run(settings: CoolingSettings | None = None) -> CoolingResult:
                     taus = schedules[kind](s.start_ratio * t_c, s.end_ratio * t_c, length)
                     end, at_tc, f_rise, g_rise, move, linear = gradient_run(
                         z, p0, taus, step, t_c, scale)
+                    plain = (gradient_run(z, p0, taus, step, t_c, scale, carry=False)[0]
+                             if linear else None)
                     out.append(CoolingRun(kind, length, seed, end, at_tc, f_rise, g_rise,
-                                          move, True, linear))
+                                          move, True, linear, plain))
             return out
         runs.extend(ckpt.unit(f"start-{seed}", start_runs))
     for seed in progress(s.anneal_seeds, desc="annealed starts"):

@@ -11,6 +11,9 @@ on a :class:`ddcl_theory.experiments.cooling.CoolingResult` (duck-typed): ``sett
 (sqrt(tr C)), ``runs`` (each with ``schedule``, ``length``, ``max_f_rise``, ``max_g_rise``,
 ``last_move``, ``settled``), ``of(schedule, length=None)`` and ``relative(schedule, kind,
 length=None)`` (the final S_kind / sqrt(tr C) per start, the longest schedule by default).
+A run carried to first order near collapse (``linear_steps`` > 0) also holds ``float64_end``,
+the same schedule's end in float64 coordinates; as the rule's note registers, a reproduced word
+becomes qualified when one of those ends with S_min below the SESOI.
 """
 from __future__ import annotations
 
@@ -166,6 +169,13 @@ def decide_d10(result) -> Verdict:
         why = (f" At most inconclusive: {min(short)} starts at the longest schedules, the rule "
                f"registers {rule.n_seeds}.")
     failing = [names[name] for name, r in zip(SCHEDULES, results) if r.word == "not reproduced"]
+    twins = [r for r in gradient if getattr(r, "float64_end", None) is not None]
+    twins_low = [r for r in twins if r.float64_end["min"] / result.scale < D10_SESOI]
+    qualifier = ""
+    if word == "reproduced" and twins_low:
+        word = "qualified"
+        qualifier = (" Qualified, as the rule registers: the guarantee holds in exact "
+                     "arithmetic, not in the floating point a layer is trained in.")
     evidence = (
         "The Lyapunov half holds for G = F + N tau log K (proved: dG/dtau >= 0, and a gradient "
         "step below 1/N descends F at fixed tau); F itself rose under cooling by up to "
@@ -179,9 +189,11 @@ def decide_d10(result) -> Verdict:
            "from collapse, far below float64 resolution: deviations below "
            f"{result.linear_below:g} sqrt(tr C) are carried to first order (centroid + r u, log r "
            f"apart; up to {carried} steps of a run), so the split below T_c is computed as exact "
-           "arithmetic gives it (in float64 coordinates the bank would stay collapsed)."
-           if linear_tc < 1e-12 else "")
-        + why)
+           "arithmetic gives it." if linear_tc < 1e-12 else "")
+        + (f" The same schedules from the same starts in float64 coordinates throughout (the "
+           f"{len(twins)} carried runs): {len(twins_low)} end with S_min below {D10_SESOI:g}."
+           if twins else "")
+        + why + qualifier)
     our = (f"S_min / sqrt(tr C) at the end: linear {longest} steps "
            f"{interval_text(results[0], '.3g')}, exponential {interval_text(results[1], '.3g')}"
            f", annealed {interval_text(results[2], '.3g')}; "
@@ -191,7 +203,9 @@ def decide_d10(result) -> Verdict:
                    numbers={"max_f_rise": f_rise,
                             "max_g_rise": max(r.max_g_rise for r in gradient),
                             "below_sesoi": n_collapsed, "linear_mean_at_tc": linear_tc,
-                            "steps_carried_to_first_order": carried},
+                            "steps_carried_to_first_order": carried,
+                            "carried_runs": len(twins),
+                            "float64_twins_below_sesoi": len(twins_low)},
                    rule=rule.text, n_seeds=bound.n_seeds, interval=tuple(bound.interval),
                    scale=f"{longest} gradient steps; annealed runs of "
                          f"{s.anneal.n_temperatures} temperatures",
