@@ -206,6 +206,36 @@ def test_summary_rows_and_markdown(tmp_path):
     assert "No reference run" in reference.summary_markdown([])
 
 
+def _rerun(folder: Path, source: Path, root: Path, commit: str, code: str) -> dict:
+    record = {"git_commit": commit, "code_sha256": code, "cpu_seconds": 4.0}
+    reference.write_provenance(source, record, 5.0, folder=folder / "provenance", root=root)
+    return json.loads((folder / "provenance" / "chap.json").read_text())
+
+
+def test_a_rerun_over_an_earlier_runs_units_counts_that_runs_time(tmp_path):
+    source = _fake_checkout(tmp_path)
+    folder = tmp_path / "results" / "reference"
+    (folder / "verdicts").mkdir(parents=True)
+    (folder / "verdicts" / "chap.json").write_text(json.dumps([{"id": "L9"}]))
+    first = {"git_commit": "c1", "code_sha256": "k", "cpu_seconds": 2800.0}
+    reference.write_provenance(source, first, 1500.0, folder=folder / "provenance", root=tmp_path)
+    # no run directory of c1 here: a rerun computed everything itself
+    assert "units_from" not in _rerun(folder, source, tmp_path, "c2", "k")
+    reference.write_provenance(source, first, 1500.0, folder=folder / "provenance", root=tmp_path)
+    made = folder / "runs" / "exp-1"
+    made.mkdir(parents=True)
+    (made / "provenance.json").write_text(json.dumps({"git_commit": "c1", "code_sha256": "k"}))
+    assert "units_from" not in _rerun(folder, source, tmp_path, "c2", "other code")
+    reference.write_provenance(source, first, 1500.0, folder=folder / "provenance", root=tmp_path)
+    prov = _rerun(folder, source, tmp_path, "c2", "k")
+    assert prov["units_from"]["git_commit"] == "c1" and prov["units_from"]["seconds"] == 1500.0
+    assert _rerun(folder, source, tmp_path, "c3", "k")["units_from"]["git_commit"] == "c1"
+    [row] = reference.summary(folder, tmp_path)
+    assert (row["commit"], row["units_commit"]) == ("c3", "c1")
+    assert (row["seconds"], row["cpu_seconds"]) == (1505.0, 2804.0)
+    assert "chap (units at `c1`)" in reference.summary_markdown([row])
+
+
 def test_reference_dir_is_the_committed_one_unless_named(tmp_path, monkeypatch):
     from ddcl_theory.runtime import paths
     monkeypatch.delenv(reference.REFERENCE_ENV, raising=False)

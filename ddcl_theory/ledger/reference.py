@@ -179,6 +179,39 @@ def _written(results: Path, folder: str, chapter: str):
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
+#: The fields of an earlier reference run that a rerun over its units carries
+#: (:func:`units_from`).
+UNITS_FIELDS = ("git_commit", "created_utc", "completed_utc", "seconds", "cpu_seconds")
+
+
+def units_from(previous: dict | None, record: dict, settings: dict | None,
+               runs: Path) -> dict | None:
+    """The earlier run whose training units this chapter run resumed, or None.
+
+    ``previous``: the committed provenance before this run; ``record``: this run's;
+    ``settings``: what this run wrote; ``runs``: the reference run directories. A rerun whose
+    prose alone changed resumes every unit of the earlier run (same code, same settings), so
+    its own seconds are a few; the evidence cost the earlier run's. It is that run when it ran
+    the same package code (``code_sha256``) and settings at another commit, and a run directory
+    under ``runs`` was made at that commit by that code (:data:`UNITS_FIELDS`; a chain of
+    reruns keeps the first)."""
+    if not previous or previous.get("git_commit") == record.get("git_commit"):
+        return None
+    if previous.get("code_sha256") != record.get("code_sha256") \
+            or previous.get("settings") != settings:
+        return None
+    first = previous.get("units_from") or {k: previous.get(k) for k in UNITS_FIELDS}
+    for prov in sorted(Path(runs).glob("*/provenance.json")):
+        try:
+            made = json.loads(prov.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if made.get("git_commit") == first["git_commit"] \
+                and made.get("code_sha256") == record.get("code_sha256"):
+            return first
+    return None
+
+
 def chapter_provenance(source: Path, record: dict, seconds: float,
                        root: Path | None = None, results: Path | None = None) -> dict:
     """The committed provenance of one chapter's reference run: ``record`` (the chapter's
@@ -190,16 +223,22 @@ def chapter_provenance(source: Path, record: dict, seconds: float,
     chapter = Path(source).stem
     results = Path(results) if results is not None else results_dir()
     verdicts = _written(results, "verdicts", chapter) or []
-    return {
+    settings = _written(results, "settings", chapter) or record.get("settings")
+    out = {
         "chapter": chapter,
         **record,
-        "settings": _written(results, "settings", chapter) or record.get("settings"),
+        "settings": settings,
         "rules": rules_digests(row["id"] for row in verdicts),
         "machine": {"system": platform.system(), "machine": platform.machine(),
                     "processor": platform.processor() or None, "cpus": os.cpu_count()},
         "seconds": round(float(seconds), 1),
         "digests": source_digests(source, root),
     }
+    earlier = units_from(_written(results, "provenance", chapter), out, settings,
+                         results / "runs")
+    if earlier is not None:
+        out["units_from"] = earlier
+    return out
 
 
 def write_provenance(source: Path, record: dict, seconds: float, folder: Path | None = None,
@@ -309,12 +348,14 @@ def summary(folder: Path | None = None, root: Path | None = None) -> list[dict]:
     for chapter, entry in read_reference(folder).items():
         prov = entry["provenance"] or {}
         machine = prov.get("machine") or {}
+        earlier = prov.get("units_from") or {}
         rows.append({
             "chapter": chapter,
             "claims": ", ".join(r["id"] for r in entry["verdicts"]),
             "commit": (prov.get("git_commit") or "")[:12] or None,
-            "seconds": prov.get("seconds"),
-            "cpu_seconds": prov.get("cpu_seconds"),
+            "units_commit": (earlier.get("git_commit") or "")[:12] or None,
+            "seconds": _total(prov.get("seconds"), earlier.get("seconds")),
+            "cpu_seconds": _total(prov.get("cpu_seconds"), earlier.get("cpu_seconds")),
             "torch": prov.get("torch"),
             "numpy": prov.get("numpy"),
             "machine": (f"{machine.get('machine')}, {machine['cpus']} CPUs"
@@ -322,6 +363,11 @@ def summary(folder: Path | None = None, root: Path | None = None) -> list[dict]:
             "stale": chapter in stale_chapters,
         })
     return rows
+
+
+def _total(own: float | None, earlier: float | None) -> float | None:
+    """A rerun's own seconds plus those of the run whose units it resumed."""
+    return None if own is None else own + (earlier or 0)
 
 
 def _minutes(seconds: float | None) -> str:
@@ -346,6 +392,12 @@ def summary_markdown(rows: list[dict]) -> str:
     cpu = sum(r.get("cpu_seconds") or 0 for r in rows)
     lines.append(f"\nTotal of the reference run: {cpu / 60:.0f} CPU minutes "
                  f"({cpu / 3600:.1f} h), {wall / 60:.0f} wall minutes.")
+    resumed = [f"{r['chapter']} (units at `{r['units_commit']}`)" for r in rows
+               if r.get("units_commit")]
+    if resumed:
+        lines.append("Rerun at its commit over the training units of an earlier run of the same "
+                     "code and settings (its prose changed), its minutes counting that run's: "
+                     + ", ".join(resumed) + ".")
     return "\n".join(lines)
 
 
