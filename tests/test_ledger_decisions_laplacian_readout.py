@@ -27,14 +27,15 @@ def _settings(n_seeds: int) -> lr.ReadoutSettings:
                               seeds=tuple(range(n_seeds)))
 
 
-def _run(st, n_train, setting, seed, *, gain, within, used, noise, cut, var_noise=None):
+def _run(st, n_train, setting, seed, *, gain, within, used, noise, cut, var_noise=None,
+         shift=11):
     lap = setting == "all"
     w = _wiggle(seed + (7 if lap else 0), noise)         # each arm its own wiggle
     wv = w if var_noise is None else _wiggle(seed + (7 if lap else 0), var_noise)
     acc = 0.4 + (gain(n_train) if lap else 0.0) + w
     hits = int(round(acc * N_EVAL))
     correct = np.zeros(N_EVAL, dtype=np.uint8)
-    correct[(np.arange(hits) + 37 * seed + (11 if lap else 0)) % N_EVAL] = 1
+    correct[(np.arange(hits) + 37 * seed + (shift if lap else 0)) % N_EVAL] = 1
     scale = (1.0 + within) if lap else 1.0
     final = AnovaSplit(total=4.0, within_sequence=2.0 * scale * (1 + wv),
                        between_sequence=2.0, within_class=1.0, between_class=1.0)
@@ -53,17 +54,18 @@ def _run(st, n_train, setting, seed, *, gain, within, used, noise, cut, var_nois
 
 
 def study(n_seeds: int | None = None, *, gain=0.03, within=-0.3, used=0.0, noise=0.005,
-          cut=(), var_noise=None) -> lr.ReadoutStudy:
+          cut=(), var_noise=None, shift=11) -> lr.ReadoutStudy:
     """A study of the rule's seeds (default): the readout on the all-Laplacian encoder is
     ``gain`` more accurate (a number, or a function of the image count), the tokens' within-
     sequence variance changes by ``within`` (relative), usage by ``used``; ``noise``: the
     per-seed wiggle (``var_noise``: of the variances, default ``noise``); ``cut``: (n,
-    setting, seed) of runs that reached the epoch cap."""
+    setting, seed) of runs that reached the epoch cap; ``shift``: how far the Laplacian arm's
+    block of correct pool images is moved from the other arm's (the images they disagree on)."""
     n_seeds = n_seeds or rule_of("X2").n_seeds
     st = _settings(n_seeds)
     g = gain if callable(gain) else (lambda n: gain)
     runs = [_run(st, n, s, seed, gain=g, within=within, used=used, noise=noise, cut=cut,
-                 var_noise=var_noise)
+                 var_noise=var_noise, shift=shift)
             for n in st.n_train for s in lr.SETTINGS for seed in st.seeds]
     return lr.ReadoutStudy(st, runs, "test", 10, 16)
 
@@ -78,10 +80,16 @@ def test_x2_is_reproduced_when_the_accuracy_gain_clears_0_by_more_than_the_sesoi
     assert list(v.trend) == ["100 images", "300 images"]
     assert v.trend["100 images"][0] < v.trend["300 images"][0]
     assert "grows with the image count" in v.evidence and v.gates[0].passed
-    assert "also clears the SESOI" in v.evidence and "SESOI 1 point)" in v.evidence
+    assert "also clears the SESOI" in v.evidence and "SESOI 0.4 points;" in v.evidence
+    acc = rule_of("X2").tests[0].statistic
+    items = f"{acc} (per pool image, - 0 +)"
     assert set(v.per_seed) == ({t.statistic for t in rule_of("X2").all_tests}
-                               | {f"{rule_of('X2').tests[0].statistic}, at 100 images"})
+                               | {f"{acc}, at 100 images", items})
     assert all(len(x) == v.n_seeds for x in v.per_seed.values())
+    # the committed per-image values give back each seed's gap
+    decoded = np.array([["-0+".index(c) - 1 for c in row] for row in v.per_seed[items]])
+    assert decoded.shape == (v.n_seeds, N_EVAL)
+    assert decoded.mean(axis=1) == pytest.approx(v.per_seed[acc])
     # the premise (beside) holds: the tokens the readout reads were smoothed
     assert v.tests[1].word == "reproduced" and v.numbers["premise_word"] == "reproduced"
     assert "smoothing helped the prototypes" in v.evidence
@@ -92,15 +100,27 @@ def test_x2_is_not_reproduced_for_a_wrong_sign_and_for_a_negligible_gain():
     assert wrong.word == "not reproduced" and wrong.interval[1] < 0
     assert "did not help the prototypes" in wrong.evidence
     assert "less accurate on the Laplacian encoder" in wrong.evidence
-    small = dec.decide_x2(study(gain=0.003, noise=0.0005))        # +0.3 points, real
+    small = dec.decide_x2(study(gain=0.002, noise=0.0002, shift=0))     # +0.2 points, real
     assert small.word == "not reproduced"
     assert 0 < small.interval[0] and small.interval[1] < rule_of("X2").tests[0].s
-    assert "smaller than the SESOI (1 point), though real" in small.evidence
+    assert "smaller than the SESOI (0.4 points), though real" in small.evidence
+
+
+def test_x2_interval_covers_the_sampling_of_the_shared_pool():
+    """The same seed gaps with more pool images the arms disagree on: the t interval over
+    seeds would not move, the accuracy interval widens."""
+    narrow, wide = (dec.decide_x2(study(gain=0.002, noise=0.0002, shift=k)) for k in (0, 11))
+    assert narrow.per_seed[rule_of("X2").tests[0].statistic] == pytest.approx(
+        wide.per_seed[rule_of("X2").tests[0].statistic], abs=1e-12)
+    width = [v.interval[1] - v.interval[0] for v in (narrow, wide)]
+    assert width[1] > 2 * width[0]
+    assert narrow.word == "not reproduced" and wide.word == "inconclusive"
+    assert wide.tests[0].method == "bootstrap over seeds and items"
 
 
 def test_x2_is_inconclusive_when_the_interval_holds_0_and_the_sesoi():
     v = dec.decide_x2(study(gain=0.005, noise=0.03))
-    assert v.word == "inconclusive" and v.interval[0] < 0 < 0.01 < v.interval[1]
+    assert v.word == "inconclusive" and v.interval[0] < 0 < 0.004 < v.interval[1]
     assert "holds both 0 and the SESOI" in v.evidence and "would tell them apart" in v.evidence
     assert v.tests[0].seeds_needed > v.n_seeds
 
@@ -171,5 +191,12 @@ def test_optimum_gate_names_the_cut_runs_and_the_epochs():
 
 def test_the_reference_profile_runs_the_seeds_the_rule_registers():
     assert lr.CONFIRMATORY_SEEDS == rule_of("X2").n_seeds >= 10
+    # the amended rule's confirmatory run draws seeds the first run did not use
+    from ddcl_theory.runtime.settings import confirmatory_seeds
+    from ddcl_theory.runtime import profile
+    seeds = lr.ReadoutSettings.for_profile(profile.Profile("reference", "cpu")).seeds
+    assert seeds == confirmatory_seeds(rule_of("X2").n_seeds, run=lr.CONFIRMATORY_RUN)
+    assert lr.CONFIRMATORY_RUN >= 2 and not set(seeds) & set(
+        confirmatory_seeds(rule_of("X2").n_seeds, run=1))
     assert "PILOT" not in rule_of("X2").power and str(rule_of("X2").n_seeds) in rule_of(
         "X2").power

@@ -33,7 +33,7 @@ REFERENCE = "reference"
 SCIENCE = ("experiments", "layers", "models", "theory", "metrics", "data", "functional", "bench")
 #: the ledger modules that turn a chapter's results into its verdicts (the decision of each
 #: chapter and the intervals): a change there changes a committed verdict as much as the science
-DECIDING = ("ledger.decisions", "ledger.stats")
+DECIDING = ("ledger.decisions", "ledger.stats", "ledger.resampling")
 PACKAGE = "ddcl_theory"
 
 

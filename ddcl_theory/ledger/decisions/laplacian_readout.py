@@ -3,8 +3,11 @@ encoder, by the registered rule (:func:`ddcl_theory.ledger.claims.rule_of`, data
 :mod:`ddcl_theory.ledger.rules`).
 
 The word is the accuracy test's: the readout's accuracy on the evaluation pool with every encoder
-head Laplacian minus with none, paired by seed, its 95% paired t interval three ways against 0
-and the SESOI, at the largest training-image count. Fewer seeds than the rule registers make it
+head Laplacian minus with none, paired by seed, its 95% interval three ways against 0 and the
+SESOI, at the largest training-image count. Every seed is scored on the same pool, so the
+interval resamples seeds and pool images together
+(:func:`~ddcl_theory.ledger.resampling.bootstrap_crossed` of the per-image differences of
+correctness). Fewer seeds than the rule registers make it
 at best ``inconclusive``, and so does a deciding run cut by the epoch cap before its validation
 optimum. The same statistic at every image count is the trend; the verdict's interval is the
 accuracy test's at the largest.
@@ -29,11 +32,13 @@ import numpy as np
 
 from ddcl_theory.ledger.claims import rule_of
 from ddcl_theory.ledger.design import Gate, TestResult
+from ddcl_theory.ledger.resampling import bootstrap_crossed
 from ddcl_theory.ledger.tolerance import Tolerance
 from ddcl_theory.ledger.verdict import Verdict
 
-__all__ = ["TRAINING", "STATISTICS", "samples", "item_standard_errors", "optimum_gate",
-           "reading", "trend_of", "decide_x2"]
+__all__ = ["TRAINING", "STATISTICS", "samples", "item_differences", "decided_samples",
+           "item_standard_errors", "encode_items", "optimum_gate", "reading", "trend_of",
+           "decide_x2"]
 
 #: How far the numbers quoted by X2 may move between machines, in their printed units (points
 #: of accuracy, per cent of a relative change): 3x the largest standard error of a 3-seed mean
@@ -68,15 +73,37 @@ def samples(study, n_train: int | None = None) -> list[np.ndarray]:
     return [_paired(study, field, how, n_train) for field, how in STATISTICS]
 
 
+def item_differences(study, n_train: int | None = None) -> np.ndarray:
+    """Per seed and pool image, all - none correctness at ``n_train`` images (default the
+    largest), shape (seeds, images), values in {-1, 0, 1}."""
+    pairs = zip(study.by(_ALL, n_train), study.by(_NONE, n_train))
+    return np.stack([lap.correct_items.astype(float) - base.correct_items.astype(float)
+                     for lap, base in pairs])
+
+
+def decided_samples(study, n_train: int | None = None) -> list:
+    """What the rule's tests are decided on at ``n_train`` images: for the accuracy test the
+    crossed bootstrap interval over seeds and pool images with the per-seed spread of the gap,
+    for the others their per-seed values (:func:`samples`)."""
+    per_seed = samples(study, n_train)
+    gaps = per_seed[0]
+    spread = float(np.std(gaps, ddof=1)) if gaps.size > 1 else float("nan")
+    return [(bootstrap_crossed(item_differences(study, n_train)), spread)] + per_seed[1:]
+
+
 def item_standard_errors(study, n_train: int | None = None) -> np.ndarray:
     """Per seed, the standard error that sampling the evaluation pool's images adds to that
     seed's accuracy gap: sd of the per-image differences of correctness over sqrt(images),
     shape (seeds,)."""
-    out = []
-    for lap, base in zip(study.by(_ALL, n_train), study.by(_NONE, n_train)):
-        d = lap.correct_items.astype(float) - base.correct_items.astype(float)
-        out.append(float(d.std(ddof=1) / np.sqrt(d.size)))
-    return np.array(out)
+    d = item_differences(study, n_train)
+    return d.std(axis=1, ddof=1) / np.sqrt(d.shape[1])
+
+
+def encode_items(differences: np.ndarray) -> list[str]:
+    """One string per seed of its per-image differences (``"-"``, ``"0"``, ``"+"`` for -1, 0,
+    +1), the committed per-item values behind the accuracy interval."""
+    table = np.array(list("-0+"))
+    return ["".join(table[row.astype(int) + 1]) for row in differences]
 
 
 def optimum_gate(runs: Sequence, what: str) -> Gate:
@@ -152,7 +179,7 @@ def decide_x2(study) -> Verdict:
     the premise say to read the answer?"""
     rule = rule_of("X2")
     st = study.settings
-    per_scale = {label: rule.evaluate(samples(study, n))
+    per_scale = {label: rule.evaluate(decided_samples(study, n))
                  for n, label in zip(st.n_train, st.scales)}
     tests = per_scale[st.scales[-1]]
     acc, after, before, used, sep = tests
@@ -185,9 +212,10 @@ def decide_x2(study) -> Verdict:
         f"{100 * means[_ALL]:.2f}% vs {100 * means[_NONE]:.2f}%; all - none: "
         + "; ".join(f"{_points(r[0])} points at {label}" for label, r in per_scale.items())
         + f" (the gap {_scale_word([r[0].estimate for r in per_scale.values()])} with the "
-        f"image count; SESOI {_count(100 * acc.sesoi, 'point')}). Sampling the pool's images "
-        f"adds about {100 * float(np.mean(item_se)):.2f} points of standard error to one seed's "
-        f"gap, against a seed-to-seed spread of {100 * spread:.2f} points. Premise, within-"
+        f"image count; SESOI {_count(100 * acc.sesoi, 'point')}; the interval resamples seeds "
+        f"and pool images together). Sampling the pool's images adds about "
+        f"{100 * float(np.mean(item_se)):.2f} points of standard error to one seed's gap, "
+        f"against a seed-to-seed spread of {100 * spread:.2f} points. Premise, within-"
         f"sequence variance all / none - 1: after the final LayerNorm {_points(after)}% "
         f"({after.word}), before it {_points(before)}% ({before.word}). Beside: prototypes "
         f"used all - none {_points(used, spec='+.1f')} points ({used.word}); their separation "
@@ -204,6 +232,8 @@ def decide_x2(study) -> Verdict:
     for n, label in zip(st.n_train[:-1], st.scales[:-1]):
         per_seed[f"{rule.tests[0].statistic}, at {label}"] = [
             float(v) for v in samples(study, n)[0]]
+    per_seed[f"{rule.tests[0].statistic} (per pool image, - 0 +)"] = encode_items(
+        item_differences(study))
     numbers = {"per_scale": {label: [r.to_dict() for r in results]
                              for label, results in per_scale.items()},
                "premise_word": after.word, "reading": read,
