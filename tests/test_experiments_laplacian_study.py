@@ -12,7 +12,8 @@ import pytest
 from ddcl_theory.experiments import laplacian_study as ls
 from ddcl_theory.runtime import profile
 from ddcl_theory.runtime.rundir import RunDir
-from ddcl_theory.runtime.settings import CONFIRMATORY_SEED_BASE
+from ddcl_theory.ledger.claims import rule_of
+from ddcl_theory.runtime.settings import CONFIRMATORY_SEED_BASE, confirmatory_seeds
 
 from _killers import Killed, KilledAfter
 from _study_images import synthetic_images
@@ -23,7 +24,7 @@ def tiny_vit(**changes) -> ls.ViTStudySettings:
                 heads=2, batch_size=16, epochs=8, patience=2, lr=3e-2,
                 head_settings=("0", "1", "all"), seeds=(0, 1),
                 terminal=ls.TerminalSettings(n_train=30, epochs=6, seeds=(0, 1)),
-                wide=ls.WidthSettings(dim=16, n_train=80, seeds=(0,)))
+                wide=ls.WidthSettings(dims=(16,), n_train=80, seeds=(0,)))
     return ls.ViTStudySettings(**{**base, **changes})
 
 
@@ -88,9 +89,13 @@ def test_settings_validation():
     with pytest.raises(ValueError, match=r"ViTStudySettings\.head_settings: .*heads=2"):
         tiny_vit(head_settings=("0", "3", "all"))
     with pytest.raises(ValueError, match=r"ViTStudySettings\.wide\.n_train: expected one of"):
-        tiny_vit(wide=ls.WidthSettings(dim=16, n_train=60, seeds=(0,)))
-    with pytest.raises(ValueError, match=r"ViTStudySettings\.wide\.dim: expected a multiple"):
-        tiny_vit(wide=ls.WidthSettings(dim=15, n_train=80, seeds=(0,)))
+        tiny_vit(wide=ls.WidthSettings(dims=(16,), n_train=60, seeds=(0,)))
+    with pytest.raises(ValueError, match=r"ViTStudySettings\.wide\.dims: expected a multiple"):
+        tiny_vit(wide=ls.WidthSettings(dims=(15,), n_train=80, seeds=(0,)))
+    for dims in ((16, 12), (8, 16), (16, 16)):          # increasing, all wider than dim=8
+        with pytest.raises(ValueError, match=r"ViTStudySettings\.wide\.dims: expected "
+                                             r"increasing widths above dim=8"):
+            tiny_vit(wide=ls.WidthSettings(dims=dims, n_train=80, seeds=(0,)))
     with pytest.raises(ValueError, match=r"ViTStudySettings\.n_test: expected a multiple"):
         tiny_vit(n_test=55)
     with pytest.raises(ValueError, match=r"ViTStudySettings\.patience: expected >= 1"):
@@ -105,6 +110,10 @@ def test_the_reference_profile_scales_the_images_and_uses_confirmatory_seeds(mon
     vit = ls.ViTStudySettings.from_profile()
     assert vit.n_train == (1000, 3000, 9000) and vit.n_test == 10_000
     assert vit.dim == ls.ViTStudySettings().dim and vit.wide.dim >= 128
+    assert len((vit.dim, *vit.wide.dims)) >= 3               # three widths: a trend
+    # L8's second confirmatory run: the rule's seeds, none of the first run's
+    assert len(vit.wide.seeds) == rule_of("L8").n_seeds
+    assert not set(vit.wide.seeds) & set(confirmatory_seeds(10, run=1))
     assert (vit.threads, vit.workers) == (1, 2)             # both cores of a 2-core machine
     for seeds in (vit.seeds, vit.terminal.seeds, vit.wide.seeds):
         assert min(seeds) >= CONFIRMATORY_SEED_BASE and len(seeds) >= 5

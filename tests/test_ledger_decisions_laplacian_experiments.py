@@ -27,11 +27,11 @@ def _settings(n_seeds: int) -> ls.ViTStudySettings:
         n_train=(100, 300), n_val=50, n_test=N_EVAL, n_train_eval=50, dim=8, heads=4,
         epochs=30, patience=3, seeds=seeds,
         terminal=ls.TerminalSettings(n_train=50, epochs=40, seeds=seeds),
-        wide=ls.WidthSettings(dim=16, n_train=300, seeds=seeds))
+        wide=ls.WidthSettings(dims=(12, 16), n_train=300, seeds=seeds))
 
 
 def _run(st, part, n_train, dim, setting, seed, *, acc, within, between, nc1, k99, cut,
-         train_acc, noise):
+         train_acc, noise, pr):
     heads = COUNTS[setting]
     w = _wiggle(seed + 5 * heads, noise)                # each arm its own wiggle
     a = acc(n_train, heads) + w / 10
@@ -39,7 +39,7 @@ def _run(st, part, n_train, dim, setting, seed, *, acc, within, between, nc1, k9
     correct = np.zeros(N_EVAL, dtype=np.uint8)
     correct[(np.arange(hits) + 37 * seed + 11 * heads) % N_EVAL] = 1
     pick = {k: v.get(setting, v["0"]) for k, v in
-            dict(within=within, between=between, nc1=nc1, k99=k99).items()}
+            dict(within=within, between=between, nc1=nc1, k99=k99, pr=pr).items()}
     final = AnovaSplit(total=4.0, within_sequence=pick["within"] * (1 + w),
                        between_sequence=2.0, within_class=1.0,
                        between_class=pick["between"] * (1 + w))
@@ -55,12 +55,12 @@ def _run(st, part, n_train, dim, setting, seed, *, acc, within, between, nc1, k9
         eval_acc=hits / N_EVAL, train_acc=train_acc if part == "terminal" else 0.8,
         nc1_train=pick["nc1"] * (1 + w), etf_gap_train=0.1, stream=(stream, stream),
         final=final, nc1=pick["nc1"] * (1 + w), k99=int(round(pick["k99"] * (1 + w))),
-        pr=10.0 * (1 + w), k99_stream=pick["k99"], pr_stream=12.0,
+        pr=pick["pr"] * (1 + w), k99_stream=pick["k99"], pr_stream=12.0,
         correct=np.packbits(correct).tobytes(), n_eval=N_EVAL)
 
 
 def study(n_seeds: int | None = None, *, acc=lambda n, h: 0.5, within=None, between=None,
-          nc1=None, k99=None, cut=(), train_acc=1.0, noise=0.01) -> ls.ViTStudy:
+          nc1=None, k99=None, cut=(), train_acc=1.0, noise=0.01, pr=None) -> ls.ViTStudy:
     """A study of the rules' seeds (default) whose fields follow the given values: ``acc(n, h)``
     the accuracy at n images and h Laplacian heads; ``within``, ``between``, ``nc1``, ``k99``
     per head setting (0 and all); ``cut``: (part, n, dim, setting, seed) of runs that reached
@@ -69,10 +69,11 @@ def study(n_seeds: int | None = None, *, acc=lambda n, h: 0.5, within=None, betw
     st = _settings(n_seeds)
     fields = dict(acc=acc, within=within or {"0": 1.0, "all": 1.0},
                   between=between or {"0": 1.0, "all": 1.0}, nc1=nc1 or {"0": 1.0, "all": 1.0},
-                  k99=k99 or {"0": 100, "all": 100}, cut=cut, train_acc=train_acc, noise=noise)
+                  k99=k99 or {"0": 100, "all": 100}, cut=cut, train_acc=train_acc, noise=noise,
+                  pr=pr or {"0": 10.0, "all": 10.0})
     jobs = [("sweep", n, st.dim, s) for n in st.n_train for s in st.head_settings]
     jobs += [(p, n, d, s) for p, n, d in (("terminal", st.terminal.n_train, st.dim),
-                                          ("wide", st.wide.n_train, st.wide.dim))
+                                          *(("wide", st.wide.n_train, d) for d in st.wide.dims))
              for s in ("0", "all")]
     runs = [_run(st, *job, seed, **fields) for job in jobs for seed in st.seeds]
     return ls.ViTStudy(st, runs, "test", 10, 16)
@@ -175,7 +176,12 @@ def test_l7_binding_nc1_names_the_terminal_runs_as_its_scale():
 def test_l8_words_at_the_widest_model():
     v = dec.decide_l8(study(k99={"0": 100, "all": 80}))
     assert v.word == "reproduced" and v.tests[0].estimate == pytest.approx(-0.2, abs=0.01)
-    assert list(v.trend) == ["d=8", "d=16"] and "participation ratio" in v.evidence
+    assert list(v.trend) == ["d=8", "d=12", "d=16"] and "participation ratio" in v.evidence
+    assert f"d=16 ({v.tests[0].n_seeds} seeds)" in v.evidence
+    assert "from d=8 to d=16 (-20.0%, -20.0%, -20.0%)" in v.evidence.replace("-19.9", "-20.0")
+    assert "moves the other way" not in v.evidence
+    other = dec.decide_l8(study(k99={"0": 100, "all": 80}, pr={"0": 10.0, "all": 11.0}))
+    assert "the participation ratio moves the other way (+9.9%)" in other.evidence
     assert dec.decide_l8(study(k99={"0": 100, "all": 110})).word == "not reproduced"
     flat = dec.decide_l8(study(k99={"0": 100, "all": 99}, noise=0.005))
     assert flat.word == "not reproduced" and flat.tests[0].interval[0] > -0.105

@@ -16,7 +16,7 @@ all settings draw the same weights) and the same batches.
   - the *terminal* runs (L7's Neural Collapse): none and all heads Laplacian on a small training
     set, fitted to about 100% training accuracy by a long schedule without early stopping, NC1
     read on the training images at the end;
-  - the *wide* runs (L8's k99): none and all heads Laplacian at width ``wide.dim`` on
+  - the *wide* runs (L8's k99): none and all heads Laplacian at each width of ``wide.dims`` on
     ``wide.n_train`` images, whose width-``dim`` twins are the sweep's runs at that count.
 
   The seeds of one setting train together as one stacked model
@@ -52,8 +52,8 @@ from ddcl_theory.runtime.settings import Settings, confirmatory_seeds, nested, s
 from ddcl_theory.runtime.threads import num_threads
 from ddcl_theory.runtime.workers import map_units
 
-__all__ = ["TerminalSettings", "WidthSettings", "ViTStudySettings", "ViTRun", "ViTStudy",
-           "run_vit", "train_vit_stack_runs", "measure_vit"]
+__all__ = ["WIDE_SEEDS", "WIDE_RUN", "TerminalSettings", "WidthSettings", "ViTStudySettings",
+           "ViTRun", "ViTStudy", "run_vit", "train_vit_stack_runs", "measure_vit"]
 
 #: The parts of the ViT study (see the module docstring).
 PARTS = ("sweep", "terminal", "wide")
@@ -86,16 +86,30 @@ class TerminalSettings(Settings):
                                      paper=(0, 1, 2, 3, 4), smoke=(0,), ge=0, nonempty=True)
 
 
+#: Seeds of the wide runs' confirmatory run (the L8 rule's n_seeds), and which confirmatory run
+#: of that rule the reference makes: the second, on seeds the first did not use.
+WIDE_SEEDS = 16
+WIDE_RUN = 2
+
+
 @dataclass(frozen=True)
 class WidthSettings(Settings):
-    """The wide runs (L8's k99): the study's model at width ``dim``, none and all heads
-    Laplacian, at ``n_train`` training images (one of the sweep's counts, whose runs give the
-    narrow point), read at the validation optimum like the sweep, on ``seeds``."""
+    """The wide runs (L8's k99): the study's model at each width of ``dims`` (separate runs,
+    increasing; the widest decides), none and all heads Laplacian, at ``n_train`` training
+    images (one of the sweep's counts, whose runs give the narrow point), read at the
+    validation optimum like the sweep, on ``seeds``."""
 
-    dim: int = setting(64, reference=128, paper=384, ge=1)
+    dims: tuple[int, ...] = setting((64,), reference=(64, 128), paper=(384,), ge=1,
+                                    nonempty=True)
     n_train: int = setting(400, reference=3000, paper=1000, smoke=16, ge=1)
-    seeds: tuple[int, ...] = setting((0, 1, 2), reference=confirmatory_seeds(10),
+    seeds: tuple[int, ...] = setting((0, 1, 2), reference=confirmatory_seeds(WIDE_SEEDS,
+                                                                             run=WIDE_RUN),
                                      paper=(0, 1, 2, 3, 4), smoke=(0,), ge=0, nonempty=True)
+
+    @property
+    def dim(self) -> int:
+        """The widest width, the one that decides."""
+        return self.dims[-1]
 
 
 @dataclass(frozen=True)
@@ -111,9 +125,10 @@ class ViTStudySettings(Settings):
     validation loss after which a seed is done (the stack stops when every seed is).
 
     cpu: a small sweep (200, 400 and 800 images, 3 seeds) that CI replays; reference: 1,000,
-    3,000 and 9,000 images on 22 confirmatory seeds (the terminal runs on 20, the wide runs on
-    10: the rules' seeds), the stacks spread over two processes; paper: the paper-profile ViT
-    (width 192, 6 layers, 4x4 patches) on the same counts."""
+    3,000 and 9,000 images on 22 confirmatory seeds (the terminal runs on 20, the wide runs at
+    widths 64 and 128 on 16 seeds of L8's second confirmatory run: the rules' seeds), the stacks
+    spread over two processes; paper: the paper-profile ViT (width 192, 6 layers, 4x4 patches)
+    on the same counts."""
 
     n_train: tuple[int, ...] = setting((200, 400, 800), reference=(1000, 3000, 9000),
                                        paper=(1000, 3000, 9000), smoke=(16,), ge=1,
@@ -154,7 +169,10 @@ class ViTStudySettings(Settings):
             raise ValueError(f"{name}.head_settings: expected {PAIR} (none and all heads "
                              f"Laplacian, the comparisons of L6-L8) among them, got "
                              f"{self.head_settings!r}")
-        for field, dim in (("dim", self.dim), ("wide.dim", self.wide.dim)):
+        if list(self.wide.dims) != sorted(set(self.wide.dims)) or self.wide.dims[0] <= self.dim:
+            raise ValueError(f"{name}.wide.dims: expected increasing widths above dim="
+                             f"{self.dim}, got {self.wide.dims!r}")
+        for field, dim in (("dim", self.dim), *(("wide.dims", d) for d in self.wide.dims)):
             if dim % self.heads:
                 raise ValueError(f"{name}.{field}: expected a multiple of heads={self.heads}, "
                                  f"got {dim}")
@@ -379,8 +397,8 @@ def run_vit(settings: ViTStudySettings | None = None,
             for n in settings.n_train for s in settings.head_settings]
     jobs += [("terminal", settings.terminal.n_train, settings.dim, s, settings.terminal.seeds)
              for s in PAIR]
-    jobs += [("wide", settings.wide.n_train, settings.wide.dim, s, settings.wide.seeds)
-             for s in PAIR]
+    jobs += [("wide", settings.wide.n_train, dim, s, settings.wide.seeds)
+             for dim in settings.wide.dims for s in PAIR]
     shared = images if injected or settings.workers == 1 else None    # workers load their own
     units = [(f"{part},n={n},d={dim},setting={s}",
               (settings, shared, part, n, dim, s, seeds, device, ckpt))

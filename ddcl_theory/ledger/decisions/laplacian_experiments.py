@@ -61,7 +61,8 @@ PAPER = {
           "heads Laplacian vs none",
     "L7": "lower within-sequence and higher between-class variance, stronger Neural Collapse "
           "(simplex ETF)",
-    "L8": "k99 547.7 -> 430.4 (-21%) with all heads Laplacian",
+    "L8": "k99 547.7 -> 430.4 (-21%) with all heads Laplacian, reported for its GPT-2-style "
+          "language model",
 }
 #: The training accuracy a terminal-phase run must reach (L7's Neural Collapse gate).
 TERMINAL_ACCURACY = 0.99
@@ -144,18 +145,19 @@ def _points(t: TestResult, scale: float = 100.0, spec: str = "+.2f") -> str:
 
 
 def _power_text(rule, tests: Sequence[TestResult], labels: Sequence[str]) -> str:
-    """A sentence on each test whose seeds fall short of what its spread asks for 80% power
-    between the margin and the SESOI."""
+    """A sentence on each undecided test whose seeds fall short of what its spread asks for 80%
+    power between the margin and the SESOI (a test that decided needs no more), with the seeds
+    it ran."""
     parts = []
     for t, label in zip(tests, labels):
         need = t.seeds_needed
-        if need is None or need > t.n_seeds:
+        if t.word == "inconclusive" and (need is None or need > t.n_seeds):
             parts.append(f"{label} would need {'more than 100,000' if need is None else need} "
-                         f"seeds at this spread")
+                         f"seeds at this spread ({t.n_seeds} ran)")
     if not parts:
         return ""
-    return (f" Power: {'; '.join(parts)} ({tests[0].n_seeds} ran, the rule registers "
-            f"{rule.n_seeds}).")
+    return (f" Power: {'; '.join(parts)}; the rule registers {rule.n_seeds} seeds, and its "
+            f"power analysis says why not more.")
 
 
 def _gate_text(gates: Sequence[Gate]) -> str:
@@ -338,10 +340,27 @@ def decide_l7(study) -> Verdict:
 
 # ------------------------------------------------------------------------------- L8
 def _widths(study) -> dict[str, dict]:
-    """Width label -> the :meth:`ViTStudy.by` selection of its runs (narrow first)."""
+    """Width label -> the :meth:`ViTStudy.by` selection of its runs (narrow first: the
+    sweep's runs at the wide runs' image count, then each wide width)."""
     st = study.settings
-    return {f"d={st.dim}": {"part": "sweep", "n_train": st.wide.n_train},
-            f"d={st.wide.dim}": {"part": "wide"}}
+    out = {f"d={st.dim}": {"part": "sweep", "n_train": st.wide.n_train}}
+    out.update({f"d={d}": {"part": "wide", "dim": d} for d in st.wide.dims})
+    return out
+
+
+def _l8_reading(per_scale: dict, pr: dict) -> str:
+    """What the widths say beside the word: the direction of the k99 change with width, and
+    whether the participation ratio moves the same way at the widest."""
+    labels = list(per_scale)
+    estimates = [r[0].estimate for r in per_scale.values()]
+    text = (f" The k99 change {_scale_word(estimates)} from {labels[0]} to {labels[-1]} ("
+            + ", ".join(f"{100 * e:+.1f}%" for e in estimates) + ").")
+    k99_sign, pr_sign = np.sign(estimates[-1]), np.sign(pr[labels[-1]][0])
+    if k99_sign and pr_sign and k99_sign != pr_sign:
+        text += (f" At {labels[-1]} the participation ratio moves the other way "
+                 f"({100 * pr[labels[-1]][0]:+.1f}%): fewer components hold 99% of the variance "
+                 "while the spread of the spectrum grows.")
+    return text
 
 
 def decide_l8(study) -> Verdict:
@@ -357,6 +376,7 @@ def decide_l8(study) -> Verdict:
     tests = per_scale[label]
     deciding = [r for s in (_BASE, _ALL) for r in study.by(s, part="wide")]
     gate = optimum_gate(deciding, f"runs at width {st.wide.dim}")
+    seeds = {w: r[0].n_seeds for w, r in per_scale.items()}
     word = rule.word(tests, [gate])
     k99 = {w: {s: float(study.values("k99", s, **where).mean()) for s in (_BASE, _ALL)}
            for w, where in widths.items()}
@@ -365,17 +385,19 @@ def decide_l8(study) -> Verdict:
               for w, where in widths.items()}
     t = tests[0]
     evidence = (
-        f"{_model(study)} and its width-{st.wide.dim} twin on {study.source}, "
-        f"{t.n_seeds} seeds, {st.wide.n_train} training images, runs read at their validation "
-        f"optimum; k99 of the evaluation pool's tokens after the final LayerNorm. "
-        + "; ".join(f"{w}: k99 {k99[w][_BASE]:.1f} (none) -> {k99[w][_ALL]:.1f} (all), "
-                    f"relative change {_points(r[0], spec='+.1f')}%"
+        f"{_model(study)} and its twins of width "
+        + ", ".join(str(d) for d in st.wide.dims) + f" on {study.source}, "
+        f"{st.wide.n_train} training images, runs read at their validation optimum; k99 of the "
+        f"evaluation pool's tokens after the final LayerNorm. "
+        + "; ".join(f"{w} ({seeds[w]} seeds): k99 {k99[w][_BASE]:.1f} (none) -> "
+                    f"{k99[w][_ALL]:.1f} (all), relative change {_points(r[0], spec='+.1f')}%"
                     for w, r in per_scale.items())
         + f". At {label} one component is {100 / max(k99[label][_BASE], 1):.1f}% of k99. "
         "Beside: the participation ratio "
         + ", ".join(f"{100 * v[0]:+.1f}% ({w})" for w, v in pr.items())
         + "; k99 of the stream before the LayerNorm "
         + ", ".join(f"{100 * v[0]:+.1f}% ({w})" for w, v in stream.items()) + "."
+        + _l8_reading(per_scale, pr)
         + _power_text(rule, tests, ("the k99 change",)) + " " + _gate_text([gate])
         + f" Paper: {PAPER['L8']}.")
     values = relative_change(study, "k99", **widths[label])
