@@ -107,6 +107,12 @@ def test_l6_is_inconclusive_when_the_interval_holds_margin_and_sesoi():
     assert v.word == "inconclusive" and "would need" in v.evidence
 
 
+def test_l6_states_the_gap_path_over_image_counts_and_its_change_with_an_interval():
+    v = dec.decide_l6(study(acc=lambda n, h: 0.5 + (0.01 if n == 300 else 0.002) * h))
+    assert "the gap rises at every step over the image counts" in v.evidence
+    assert "from 100 images to 300 images it moves +3.20 [" in v.evidence
+
+
 def test_l6_gate_and_seed_count():
     last = _settings(2).n_train[-1]
     v = dec.decide_l6(study(acc=rising(0.005), cut={("sweep", last, 8, "1", 0)}))
@@ -178,7 +184,8 @@ def test_l8_words_at_the_widest_model():
     assert v.word == "reproduced" and v.tests[0].estimate == pytest.approx(-0.2, abs=0.01)
     assert list(v.trend) == ["d=8", "d=12", "d=16"] and "participation ratio" in v.evidence
     assert f"d=16 ({v.tests[0].n_seeds} seeds)" in v.evidence
-    assert "from d=8 to d=16 (-20.0%, -20.0%, -20.0%)" in v.evidence.replace("-19.9", "-20.0")
+    assert "over the widths (-20.0%, -20.0%, -20.0%); from d=8 to d=16 it moves" in \
+        v.evidence.replace("-19.9", "-20.0")
     assert "moves the other way" not in v.evidence
     other = dec.decide_l8(study(k99={"0": 100, "all": 80}, pr={"0": 10.0, "all": 11.0}))
     assert "the participation ratio moves the other way (+9.9%)" in other.evidence

@@ -79,7 +79,9 @@ def test_x2_is_reproduced_when_the_accuracy_gain_clears_0_by_more_than_the_sesoi
     assert [t.binding for t in v.tests[1:]] == [False] * 4
     assert list(v.trend) == ["100 images", "300 images"]
     assert v.trend["100 images"][0] < v.trend["300 images"][0]
-    assert "grows with the image count" in v.evidence and v.gates[0].passed
+    assert ("the gap rises at every step over the image counts; from 100 images to 300 "
+            "images it moves +2") in v.evidence
+    assert v.gates[0].passed
     assert "also clears the SESOI" in v.evidence and "SESOI 0.4 points;" in v.evidence
     acc = rule_of("X2").tests[0].statistic
     items = f"{acc} (per pool image, - 0 +)"
@@ -104,6 +106,12 @@ def test_x2_is_not_reproduced_for_a_wrong_sign_and_for_a_negligible_gain():
     assert small.word == "not reproduced"
     assert 0 < small.interval[0] and small.interval[1] < rule_of("X2").tests[0].s
     assert "smaller than the SESOI (0.4 points), though real" in small.evidence
+    assert "not excluded" not in small.evidence
+    null = dec.decide_x2(study(gain=0.0, noise=0.0004, shift=0))
+    low, high = null.interval
+    assert null.word == "not reproduced" and low < 0 < high
+    assert (f"if there is one; a loss of up to {-100 * low:.2f} points is not excluded"
+            in null.evidence)
 
 
 def test_x2_interval_covers_the_sampling_of_the_shared_pool():

@@ -31,6 +31,7 @@ import numpy as np
 
 from ddcl_theory.ledger import stats
 from ddcl_theory.ledger.claims import rule_of
+from ddcl_theory.ledger.decisions.scales import scale_change, scale_path, scale_text
 from ddcl_theory.ledger.design import Gate, TestResult
 from ddcl_theory.ledger.tolerance import Tolerance
 from ddcl_theory.ledger.verdict import Verdict
@@ -165,14 +166,6 @@ def _gate_text(gates: Sequence[Gate]) -> str:
                     for g in gates)
 
 
-def _scale_word(values: Sequence[float]) -> str:
-    """How an estimate moves from the smallest scale to the largest."""
-    first, last = values[0], values[-1]
-    if np.sign(first) != np.sign(last) and first != 0 and last != 0:
-        return "changes sign"
-    return "grows" if abs(last) > abs(first) else "shrinks"
-
-
 def _model(study) -> str:
     st = study.settings
     return f"ViT (d={st.dim}, {st.depth} layers, {st.heads} heads)"
@@ -197,7 +190,7 @@ def decide_l6(study) -> Verdict:
     counts = study.counts()
     item_se = item_standard_errors(study)
     gap, slope = gaps(study), slopes(study)
-    gap_by_scale = [r[0].estimate for r in per_scale.values()]
+    gap_by_scale = [gaps(study, n) for n in st.n_train]
     evidence = (
         f"{_model(study)} on {study.source}, {tests[0].n_seeds} seeds per head setting, each "
         f"run read at its validation optimum and scored on the {runs[0].n_eval:,}-image "
@@ -205,7 +198,7 @@ def decide_l6(study) -> Verdict:
         + ", ".join(f"{counts[s]}: {100 * a:.2f}%" for s, a in acc[st.n_train[-1]].items())
         + ". All - none: " + "; ".join(f"{_points(r[0])} points at {label}"
                                        for label, r in per_scale.items())
-        + f" (the gap {_scale_word(gap_by_scale)} with the image count). Slope at "
+        + f" ({scale_text(gap_by_scale, st.scales)}). Slope at "
         f"{st.n_train[-1]} images: {_points(tests[1], spec='+.3f')} points per Laplacian head. "
         f"Sampling the pool's images adds about {100 * float(np.mean(item_se)):.2f} points of "
         f"standard error to one seed's gap, against a seed-to-seed spread of "
@@ -348,13 +341,16 @@ def _widths(study) -> dict[str, dict]:
     return out
 
 
-def _l8_reading(per_scale: dict, pr: dict) -> str:
-    """What the widths say beside the word: the direction of the k99 change with width, and
-    whether the participation ratio moves the same way at the widest."""
-    labels = list(per_scale)
-    estimates = [r[0].estimate for r in per_scale.values()]
-    text = (f" The k99 change {_scale_word(estimates)} from {labels[0]} to {labels[-1]} ("
-            + ", ".join(f"{100 * e:+.1f}%" for e in estimates) + ").")
+def _l8_reading(per_seed: dict[str, np.ndarray], pr: dict) -> str:
+    """What the widths say beside the word: the path of the k99 change with width, its change
+    from the narrowest to the widest with an interval, and whether the participation ratio
+    moves the same way at the widest."""
+    labels = list(per_seed)
+    estimates = [float(v.mean()) for v in per_seed.values()]
+    est, low, high = (100 * v for v in scale_change(per_seed[labels[0]], per_seed[labels[-1]]))
+    text = (f" The k99 change {scale_path(estimates)} over the widths ("
+            + ", ".join(f"{100 * e:+.1f}%" for e in estimates) + f"); from {labels[0]} to "
+            f"{labels[-1]} it moves {est:+.1f} [{low:+.1f}, {high:+.1f}] points.")
     k99_sign, pr_sign = np.sign(estimates[-1]), np.sign(pr[labels[-1]][0])
     if k99_sign and pr_sign and k99_sign != pr_sign:
         text += (f" At {labels[-1]} the participation ratio moves the other way "
@@ -397,7 +393,8 @@ def decide_l8(study) -> Verdict:
         + ", ".join(f"{100 * v[0]:+.1f}% ({w})" for w, v in pr.items())
         + "; k99 of the stream before the LayerNorm "
         + ", ".join(f"{100 * v[0]:+.1f}% ({w})" for w, v in stream.items()) + "."
-        + _l8_reading(per_scale, pr)
+        + _l8_reading({w: relative_change(study, "k99", **where)
+                       for w, where in widths.items()}, pr)
         + _power_text(rule, tests, ("the k99 change",)) + " " + _gate_text([gate])
         + f" Paper: {PAPER['L8']}.")
     values = relative_change(study, "k99", **widths[label])

@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from ddcl_theory.ledger.claims import rule_of
+from ddcl_theory.ledger.decisions.scales import scale_text
 from ddcl_theory.ledger.design import Gate, TestResult
 from ddcl_theory.ledger.resampling import bootstrap_crossed
 from ddcl_theory.ledger.tolerance import Tolerance
@@ -151,26 +152,22 @@ def _points(t: TestResult, scale: float = 100.0, spec: str = "+.2f") -> str:
 
 
 def _short_of_sesoi(t: TestResult) -> str:
-    """Which side of a ``not reproduced`` accuracy test: a wrong sign or a negligible gain."""
+    """Which side of a ``not reproduced`` accuracy test: a wrong sign or a negligible gain (and
+    how large a loss the interval leaves open)."""
     low, high = t.interval
     if high < t.margin:
         return "the readout is less accurate on the Laplacian encoder (the whole interval is " \
                "below 0)"
-    return (f"any gain is smaller than the SESOI ({_count(100 * t.sesoi, 'point')}), "
+    text = (f"any gain is smaller than the SESOI ({_count(100 * t.sesoi, 'point')}), "
             f"{'though real' if low > t.margin else 'if there is one'}")
+    if low < t.margin:
+        text += f"; a loss of up to {100 * (t.margin - low):.2f} points is not excluded"
+    return text
 
 
 def _count(value: float, unit: str) -> str:
     """``"1 point"``, ``"2.5 points"``."""
     return f"{value:g} {unit}" + ("" if value == 1 else "s")
-
-
-def _scale_word(values: Sequence[float]) -> str:
-    """How an estimate moves from the smallest scale to the largest."""
-    first, last = values[0], values[-1]
-    if first * last < 0:
-        return "changes sign"
-    return "grows" if abs(last) > abs(first) else "shrinks"
 
 
 def decide_x2(study) -> Verdict:
@@ -211,8 +208,8 @@ def decide_x2(study) -> Verdict:
         f"heads Laplacian vs none. Accuracy at {st.n_train[-1]} images "
         f"{100 * means[_ALL]:.2f}% vs {100 * means[_NONE]:.2f}%; all - none: "
         + "; ".join(f"{_points(r[0])} points at {label}" for label, r in per_scale.items())
-        + f" (the gap {_scale_word([r[0].estimate for r in per_scale.values()])} with the "
-        f"image count; SESOI {_count(100 * acc.sesoi, 'point')}; the interval resamples seeds "
+        + f" ({scale_text([samples(study, n)[0] for n in st.n_train], st.scales)}, over seeds "
+        f"only; SESOI {_count(100 * acc.sesoi, 'point')}; the interval resamples seeds "
         f"and pool images together). Sampling the pool's images adds about "
         f"{100 * float(np.mean(item_se)):.2f} points of standard error to one seed's gap, "
         f"against a seed-to-seed spread of {100 * spread:.2f} points. Premise, within-"
