@@ -198,3 +198,46 @@ def test_profiles_cpu_is_small_reference_runs_the_rules_confirmatory_seeds(monke
     assert ref.seeds == confirmatory_seeds(RULES["L10"].n_seeds)
     assert exp.REFERENCE_SEEDS == RULES["L10"].n_seeds
     assert ref.steps[-1] > cpu.steps[-1] and ref.threads == 1
+
+
+def test_the_sweep_prepares_its_data_on_the_profiles_device(monkeypatch):
+    from ddcl_theory.runtime.profile import Profile
+    asked = []
+
+    def stop(settings, seed, device="cpu"):
+        asked.append(device)
+        raise RuntimeError("stop after prepare")
+    monkeypatch.setattr(exp.profile, "current", lambda: Profile("paper", "cuda"))
+    monkeypatch.setattr(exp, "prepare", stop)
+    with pytest.raises(RuntimeError, match="stop after prepare"):
+        exp.run(tiny(), run_dir=RunDir("dense", tiny(), enabled=False))
+    assert asked == ["cuda"]
+
+
+def test_every_training_loop_runs_where_the_data_are(monkeypatch):
+    """Pre-training, the ceiling and the probes train their models on the data's device."""
+    seen = []
+    real_fit = exp.fit
+
+    def recording_fit(model, *args, device, **kw):
+        seen.append((torch.device(device), {p.device for p in model.parameters()}))
+        return real_fit(model, *args, device=device, **kw)
+    monkeypatch.setattr(exp, "fit", recording_fit)
+    s = tiny(steps=(10,))
+    d = exp.prepare(s, 0, device=torch.device("cpu"))
+    exp.pretrain(s, "all", 0, 10, d)
+    exp.floors(s, 0, d)
+    here = d.x_train.device
+    assert {p.device for p in (d.x_train, d.y_train, d.images_train, d.image_test)} == {here}
+    assert len(seen) >= 2 + 3 * 2 + 2 and all(dev == here and params == {here}
+                                              for dev, params in seen)
+
+
+def test_no_device_is_hard_wired():
+    """Only :func:`prepare` names a device (its default); everything else follows the data."""
+    import ast
+    import inspect
+    tree = ast.parse(inspect.getsource(exp))
+    literal = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.keyword)
+               and node.arg == "device" and isinstance(node.value, ast.Constant)]
+    assert literal == []

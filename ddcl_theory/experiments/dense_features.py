@@ -262,10 +262,11 @@ def to_patches(images: torch.Tensor, patch: int) -> torch.Tensor:
     return x.reshape(b, (h // patch) * (w // patch), patch * patch * c)
 
 
-def prepare(settings: DenseSettings, seed: int) -> _Data:
+def prepare(settings: DenseSettings, seed: int, device: str | torch.device = "cpu") -> _Data:
     """Seed ``seed``'s draws: ``n_train + n_val`` images of the training split (the last
     ``n_val`` are the validation images) and ``n_test`` of the test split, standardised with the
-    training images' channel statistics."""
+    training images' channel statistics, as tensors on ``device`` (every later step runs where
+    they are)."""
     st = settings
     kw = dict(patch=st.patch, zoom=st.zoom)
     both = make_dense_proxy(st.n_train + st.n_val, seed=2 * seed, split="train", **kw)
@@ -273,30 +274,32 @@ def prepare(settings: DenseSettings, seed: int) -> _Data:
     test = make_dense_proxy(st.n_test, seed=2 * seed + 1, split="test", **kw)
     mean = train.images.mean(axis=(0, 1, 2), keepdims=True)
     std = train.images.std(axis=(0, 1, 2), keepdims=True) + 1e-6
-    images = {k: normalise(d.images, mean, std) for k, d in
+    images = {k: normalise(d.images, mean, std).to(device) for k, d in
               (("train", train), ("val", val), ("test", test))}
     patches = {k: to_patches(v, st.patch) for k, v in images.items()}
 
     def labels(d: DenseProxy) -> torch.Tensor:
-        return torch.from_numpy(d.patch_labels.reshape(len(d), -1))
+        return torch.from_numpy(d.patch_labels.reshape(len(d), -1)).to(device)
 
     return _Data(train, val, test, patches["train"], patches["val"], patches["test"],
                  images["train"], labels(train), labels(val),
-                 torch.from_numpy(train.image_labels), torch.from_numpy(test.image_labels))
+                 torch.from_numpy(train.image_labels).to(device),
+                 torch.from_numpy(test.image_labels).to(device))
 
 
 def two_views(images: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
     """Two augmented views of standardised images (B, C, H, W): a random resized crop (area
     0.35-1, any position) with a horizontal flip half of the time, then a random brightness shift
-    and contrast scale per image. Every draw comes from ``generator``."""
+    and contrast scale per image. Every draw comes from ``generator`` (a CPU generator: the
+    same draws whatever device holds ``images``)."""
     views = []
     b = images.shape[0]
     for _ in range(2):
-        u = torch.rand(b, 6, generator=generator)
+        u = torch.rand(b, 6, generator=generator).to(images.device)
         side = torch.sqrt(0.35 + 0.65 * u[:, 0])
         flip = torch.where(u[:, 1] < 0.5, -1.0, 1.0)
         tx, ty = (2 * u[:, 2] - 1) * (1 - side), (2 * u[:, 3] - 1) * (1 - side)
-        theta = torch.zeros(b, 2, 3)
+        theta = torch.zeros(b, 2, 3, device=images.device)
         theta[:, 0, 0], theta[:, 0, 2] = side * flip, tx
         theta[:, 1, 1], theta[:, 1, 2] = side, ty
         grid = F.affine_grid(theta, list(images.shape), align_corners=False)
@@ -337,26 +340,30 @@ def train_probe(features: torch.Tensor, labels: torch.Tensor, *, steps: int, lr:
     """A linear probe (d -> classes) fitted by full-batch Adam with a cosine-decayed rate,
     through :func:`fit` (one step per round): on patch features (N, T, d) and patch labels
     (N, T) it is the 1x1 probe; on image features (N, d) and labels (N,) the image-level probe.
-    Seeded by ``seed`` without touching the global random state."""
+    Seeded by ``seed`` without touching the global random state; trained where ``features``
+    are."""
     if features.shape[:-1] != labels.shape:
         raise ValueError(f"labels: expected shape {tuple(features.shape[:-1])}, got "
                          f"{tuple(labels.shape)}")
     x, y = features.reshape(-1, features.shape[-1]), labels.reshape(-1)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        probe = torch.nn.Linear(x.shape[-1], num_classes)
+        probe = torch.nn.Linear(x.shape[-1], num_classes).to(x.device)
     opt = torch.optim.Adam(probe.parameters(), lr=lr)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(steps, 0.0))
     fit(probe, opt, rounds=steps, batches=lambda r: [(x, y)], schedulers=[sched],
-        loss=lambda fwd, b: F.cross_entropy(fwd(b[0]), b[1]), device="cpu",
+        loss=lambda fwd, b: F.cross_entropy(fwd(b[0]), b[1]), device=x.device,
         desc="probe", compile=False)
     return probe
 
 
-def _score(pred_patches: np.ndarray, d: DenseProxy, *, foreground: bool = False
-           ) -> tuple[float, float]:
-    """(mIoU, pixel accuracy) of patch predictions (N, T) upsampled to ``d``'s pixel labels;
-    with ``foreground`` the predictions and labels are 0 (background) or 1 (a digit's tile)."""
+def _score(pred_patches: np.ndarray | torch.Tensor, d: DenseProxy, *,
+           foreground: bool = False) -> tuple[float, float]:
+    """(mIoU, pixel accuracy) of patch predictions (N, T) (an array, or a tensor on any
+    device) upsampled to ``d``'s pixel labels; with ``foreground`` the predictions and labels
+    are 0 (background) or 1 (a digit's tile)."""
+    if isinstance(pred_patches, torch.Tensor):
+        pred_patches = pred_patches.cpu().numpy()
     h = d.pixel_labels.shape[1] // d.patch
     pred = segmentation.upsample_labels(pred_patches.reshape(len(d), h, -1), d.patch)
     target, classes = d.pixel_labels, NUM_CLASSES
@@ -377,10 +384,10 @@ def probe_features(dense: Sequence[torch.Tensor], image: Sequence[torch.Tensor] 
     probe = train_probe(tr, d.y_train, **kw)
     fg_probe = train_probe(tr, (d.y_train > 0).long(), num_classes=2, **kw)
     with torch.no_grad():
-        miou, pixel_acc = _score(probe(te).argmax(-1).numpy(), d.test)
-        val_miou, _ = _score(probe(va).argmax(-1).numpy(), d.val)
-        fg_miou, _ = _score(fg_probe(te).argmax(-1).numpy(), d.test, foreground=True)
-        val_fg_miou, _ = _score(fg_probe(va).argmax(-1).numpy(), d.val, foreground=True)
+        miou, pixel_acc = _score(probe(te).argmax(-1), d.test)
+        val_miou, _ = _score(probe(va).argmax(-1), d.val)
+        fg_miou, _ = _score(fg_probe(te).argmax(-1), d.test, foreground=True)
+        val_fg_miou, _ = _score(fg_probe(va).argmax(-1), d.val, foreground=True)
     correct: tuple[int, ...] = ()
     image_acc = float("nan")
     if image is not None:
@@ -419,13 +426,14 @@ def floors(settings: DenseSettings, seed: int, d: _Data, *, run: RunDir | None =
     start from), and each head setting's supervised ceiling."""
     st = settings
     zeros = np.zeros((len(d.test), st.tokens), dtype=np.int64)
+    device = d.x_train.device
     background, background_acc = _score(zeros, d.test)
     raw = probe_features((d.x_train, d.x_val, d.x_test),
                          (d.x_train.mean(1), d.x_test.mean(1)), d, st, seed=seed)
     untrained = {}
     for s in st.head_settings:
         profile.seed_everything(seed)
-        untrained[s] = _probe_model(_vit(st, s), d, st, seed=seed)
+        untrained[s] = _probe_model(_vit(st, s).to(device), d, st, seed=seed)
     top = {s: ceiling(st, s, seed, d, run=run) for s in st.head_settings}
     return SeedFloors(seed, background, background_acc, raw, untrained, top)
 
@@ -437,7 +445,8 @@ def ceiling(settings: DenseSettings, setting: str, seed: int, d: _Data, *,
     after every round; the weights of the best round are scored on the test images."""
     st = settings
     profile.seed_everything(seed)
-    model = SegmentationViT(_vit(st, setting), NUM_CLASSES)
+    device = d.x_train.device
+    model = SegmentationViT(_vit(st, setting), NUM_CLASSES).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=st.ceiling_lr, weight_decay=st.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(st.ceiling_steps, st.warmup))
     gen = torch.Generator().manual_seed(20_000 + seed)
@@ -445,13 +454,13 @@ def ceiling(settings: DenseSettings, setting: str, seed: int, d: _Data, *,
 
     def batches(r: int):
         for _ in range(st.steps_per_round):
-            idx = torch.randint(0, st.n_train, (st.batch_size,), generator=gen)
+            idx = torch.randint(0, st.n_train, (st.batch_size,), generator=gen).to(device)
             yield d.x_train[idx], d.y_train[idx]
 
     def end_of_round(r: int) -> dict:
         model.eval()
         with torch.no_grad():
-            val, _ = _score(model(d.x_val).argmax(-1).numpy(), d.val)
+            val, _ = _score(model(d.x_val).argmax(-1), d.val)
         model.train()
         if val > best["miou"]:
             best.update(miou=val, round=r, state={k: v.clone()
@@ -460,7 +469,7 @@ def ceiling(settings: DenseSettings, setting: str, seed: int, d: _Data, *,
 
     log = fit(model, opt, rounds=st.ceiling_steps // st.steps_per_round, batches=batches,
               loss=lambda fwd, b: F.cross_entropy(fwd(b[0]).flatten(0, 1), b[1].flatten()),
-              device="cpu", schedulers=[sched], generators={"batches": gen},
+              device=device, schedulers=[sched], generators={"batches": gen},
               end_of_round=end_of_round, run=run, name=f"ceiling-{setting}-seed{seed}",
               desc=f"ceiling {setting} seed {seed}", compile=False)
     curve = tuple(float(m["val_miou"]) for m in log.metrics)
@@ -471,7 +480,7 @@ def ceiling(settings: DenseSettings, setting: str, seed: int, d: _Data, *,
         best_round = len(curve) - 1
     model.eval()
     with torch.no_grad():
-        miou, pixel_acc = _score(model(d.x_test).argmax(-1).numpy(), d.test)
+        miou, pixel_acc = _score(model(d.x_test).argmax(-1), d.test)
     return CeilingRun(setting, seed, miou, pixel_acc, (best_round + 1) * st.steps_per_round,
                       curve)
 
@@ -489,8 +498,9 @@ def pretrain(settings: DenseSettings, setting: str, seed: int, steps: int, d: _D
     st = settings
     lap = laplacian_count(setting, st.heads)
     profile.seed_everything(seed)
+    device = d.x_train.device
     pair = SelfDistillation(_vit(st, setting), st.out_dim, momentum=st.momentum,
-                            patch_weight=st.patch_weight)
+                            patch_weight=st.patch_weight).to(device)
     params = [*pair.student.parameters(), *pair.student_head.parameters()]
     opt = torch.optim.AdamW(params, lr=st.lr, weight_decay=st.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(steps, st.warmup))
@@ -499,9 +509,9 @@ def pretrain(settings: DenseSettings, setting: str, seed: int, steps: int, d: _D
 
     def batches(r: int):
         for _ in range(st.steps_per_round):
-            idx = torch.randint(0, st.n_train, (st.batch_size,), generator=gen)
+            idx = torch.randint(0, st.n_train, (st.batch_size,), generator=gen).to(device)
             a, b = two_views(d.images_train[idx], gen)
-            masks = random_masks(2 * st.batch_size, st.tokens, gen)
+            masks = random_masks(2 * st.batch_size, st.tokens, gen).to(device)
             yield (to_patches(a, st.patch), to_patches(b, st.patch),
                    masks[:st.batch_size], masks[st.batch_size:])
 
@@ -518,7 +528,7 @@ def pretrain(settings: DenseSettings, setting: str, seed: int, steps: int, d: _D
         return out
 
     log = fit(pair, opt, rounds=steps // st.steps_per_round, batches=batches,
-              loss=lambda fwd, b: fwd(*b), device="cpu", run=run,
+              loss=lambda fwd, b: fwd(*b), device=device, run=run,
               name=f"{setting}-seed{seed}-{steps}", schedulers=[sched],
               generators={"views": gen}, after_step=pair.update_teacher,
               end_of_round=after_round, clip_grad_norm=3.0,
@@ -540,9 +550,10 @@ def run(settings: DenseSettings | None = None, *, run_dir: RunDir | None = None)
     run_dir = run_dir if run_dir is not None else RunDir("dense_features", settings)
     runs, seed_floors, digests = [], [], {}
     source = "cifar10"
+    device = profile.current().device
     with num_threads(settings.threads):
         for seed in settings.seeds:
-            d = prepare(settings, seed)
+            d = prepare(settings, seed, device)
             source = d.train.source
             digests[f"seed {seed}"] = d.train.digest()[:16] + d.test.digest()[:16]
             seed_floors.append(run_dir.unit(
