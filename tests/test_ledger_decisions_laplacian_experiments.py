@@ -111,6 +111,7 @@ def test_l6_states_the_gap_path_over_image_counts_and_its_change_with_an_interva
     v = dec.decide_l6(study(acc=lambda n, h: 0.5 + (0.01 if n == 300 else 0.002) * h))
     assert "the gap rises at every step over the image counts" in v.evidence
     assert "from 100 images to 300 images it moves +3.20 [" in v.evidence
+    assert "points, over seeds only: the pool's images are the same" in v.evidence
 
 
 def test_l6_gate_and_seed_count():
@@ -184,11 +185,27 @@ def test_l8_words_at_the_widest_model():
     assert v.word == "reproduced" and v.tests[0].estimate == pytest.approx(-0.2, abs=0.01)
     assert list(v.trend) == ["d=8", "d=12", "d=16"] and "participation ratio" in v.evidence
     assert f"d=16 ({v.tests[0].n_seeds} seeds)" in v.evidence
-    assert "over the widths (-20.0%, -20.0%, -20.0%); from d=8 to d=16 it moves" in \
-        v.evidence.replace("-19.9", "-20.0")
+    text = v.evidence.replace("-19.9", "-20.0")
+    assert ("The k99 change's point estimate " in text
+            and "over the widths (-20.0%, -20.0%, -20.0%); from d=8 to d=16 the change moves"
+            in text)
+    assert "(Welch, independent runs), and from d=12 to d=16" in text
+    assert "(paired by seed)" in text
+    assert ("The rule's test at each width: d=8 reproduced (the sweep's runs, seen before this "
+            "run); d=12 reproduced; d=16 reproduced.") in text
+    # -20% against the SESOI of -10.5%: beyond it
+    assert "beyond the SESOI: the drop is at least the size that matters" in v.evidence
+    assert "The paper's -21% lies beyond the interval" in v.evidence   # narrow: -20 +- 0.5
+    assert "not the choice of training images" in v.evidence
     assert "moves the other way" not in v.evidence
     other = dec.decide_l8(study(k99={"0": 100, "all": 80}, pr={"0": 10.0, "all": 11.0}))
-    assert "the participation ratio moves the other way (+9.9%)" in other.evidence
+    assert "the participation ratio moves the other way (+9.9 [" in other.evidence
+    assert "the tail is cut, the decay is not faster throughout" in other.evidence
+    small = dec.decide_l8(study(k99={"0": 100, "all": 91}, noise=0.08))
+    low, high = small.tests[0].interval
+    assert small.word == "reproduced" and low < -0.105 < high < 0
+    assert "holds the SESOI (-10.5%): a drop is shown" in small.evidence
+    assert "The paper's -21% lies beyond the interval" in small.evidence
     assert dec.decide_l8(study(k99={"0": 100, "all": 110})).word == "not reproduced"
     flat = dec.decide_l8(study(k99={"0": 100, "all": 99}, noise=0.005))
     assert flat.word == "not reproduced" and flat.tests[0].interval[0] > -0.105

@@ -198,7 +198,8 @@ def decide_l6(study) -> Verdict:
         + ", ".join(f"{counts[s]}: {100 * a:.2f}%" for s, a in acc[st.n_train[-1]].items())
         + ". All - none: " + "; ".join(f"{_points(r[0])} points at {label}"
                                        for label, r in per_scale.items())
-        + f" ({scale_text(gap_by_scale, st.scales)}). Slope at "
+        + f" ({scale_text(gap_by_scale, st.scales)}, over seeds only: the pool's images are "
+        f"the same at every image count). Slope at "
         f"{st.n_train[-1]} images: {_points(tests[1], spec='+.3f')} points per Laplacian head. "
         f"Sampling the pool's images adds about {100 * float(np.mean(item_se)):.2f} points of "
         f"standard error to one seed's gap, against a seed-to-seed spread of "
@@ -341,22 +342,63 @@ def _widths(study) -> dict[str, dict]:
     return out
 
 
-def _l8_reading(per_seed: dict[str, np.ndarray], pr: dict) -> str:
-    """What the widths say beside the word: the path of the k99 change with width, its change
-    from the narrowest to the widest with an interval, and whether the participation ratio
-    moves the same way at the widest."""
+#: The paper's k99 change (547.7 -> 430.4), set beside the decided interval.
+L8_PAPER_CHANGE = 430.4 / 547.7 - 1
+
+
+def _l8_size(t: TestResult) -> str:
+    """How the decided interval stands to the SESOI and to the paper's change."""
+    low, high = (100 * v for v in t.interval)
+    paper = 100 * L8_PAPER_CHANGE
+    if t.word == "reproduced":
+        text = (" The interval lies below 0 and beyond the SESOI: the drop is at least the "
+                "size that matters." if t.reaches_sesoi else
+                f" The interval lies below 0 but holds the SESOI ({100 * t.sesoi:+.1f}%): a "
+                "drop is shown, whether it is as large as the SESOI is not.")
+    else:
+        text = ""
+    if paper < low:
+        text += (f" The paper's {paper:+.0f}% lies beyond the interval: the drop here is "
+                 "smaller than the paper's.")
+    elif paper > high:
+        text += f" The paper's {paper:+.0f}% lies short of the interval."
+    return text
+
+
+def _l8_reading(per_seed: dict[str, np.ndarray], pr: dict, words: dict[str, str],
+                fresh: dict[str, bool]) -> str:
+    """What the widths say beside the word: the rule's word at each width, the path of the
+    k99 change's point estimates with width, its change from the narrowest to the widest (Welch,
+    independent runs), the step between the two widest when they share seeds (paired t), and
+    whether the participation ratio moves the same way at the widest."""
     labels = list(per_seed)
     estimates = [float(v.mean()) for v in per_seed.values()]
     est, low, high = (100 * v for v in scale_change(per_seed[labels[0]], per_seed[labels[-1]]))
-    text = (f" The k99 change {scale_path(estimates)} over the widths ("
-            + ", ".join(f"{100 * e:+.1f}%" for e in estimates) + f"); from {labels[0]} to "
-            f"{labels[-1]} it moves {est:+.1f} [{low:+.1f}, {high:+.1f}] points.")
+    text = (" The rule's test at each width: " + "; ".join(
+        f"{w} {words[w]}" + ("" if fresh[w] else " (the sweep's runs, seen before this run)")
+        for w in labels) + ".")
+    text += (f" The k99 change's point estimate {scale_path(estimates)} over the widths ("
+             + ", ".join(f"{100 * e:+.1f}%" for e in estimates) + f"); from {labels[0]} to "
+             f"{labels[-1]} the change moves {est:+.1f} [{low:+.1f}, {high:+.1f}] points "
+             "(Welch, independent runs)")
+    a, b = per_seed[labels[-2]], per_seed[labels[-1]]
+    if len(labels) > 2 and a.size == b.size and a.size > 1 and fresh[labels[-2]]:
+        iv = stats.paired_t(b, a)
+        text += (f", and from {labels[-2]} to {labels[-1]} {100 * iv.estimate:+.1f} "
+                 f"[{100 * iv.low:+.1f}, {100 * iv.high:+.1f}] points (paired by seed)")
+    text += "."
     k99_sign, pr_sign = np.sign(estimates[-1]), np.sign(pr[labels[-1]][0])
     if k99_sign and pr_sign and k99_sign != pr_sign:
         text += (f" At {labels[-1]} the participation ratio moves the other way "
-                 f"({100 * pr[labels[-1]][0]:+.1f}%): fewer components hold 99% of the variance "
-                 "while the spread of the spectrum grows.")
+                 f"({_pct(pr[labels[-1]])}): fewer components hold 99% of the variance while "
+                 "the bulk of the spectrum flattens; the tail is cut, the decay is not faster "
+                 "throughout.")
     return text
+
+
+def _pct(v: Sequence[float]) -> str:
+    """``[estimate, low, high]`` of a relative change as ``+1.0 [-2.0, +4.0]%``."""
+    return f"{100 * v[0]:+.1f} [{100 * v[1]:+.1f}, {100 * v[2]:+.1f}]%"
 
 
 def decide_l8(study) -> Verdict:
@@ -390,11 +432,16 @@ def decide_l8(study) -> Verdict:
                     for w, r in per_scale.items())
         + f". At {label} one component is {100 / max(k99[label][_BASE], 1):.1f}% of k99. "
         "Beside: the participation ratio "
-        + ", ".join(f"{100 * v[0]:+.1f}% ({w})" for w, v in pr.items())
+        + ", ".join(f"{_pct(v)} ({w})" for w, v in pr.items())
         + "; k99 of the stream before the LayerNorm "
-        + ", ".join(f"{100 * v[0]:+.1f}% ({w})" for w, v in stream.items()) + "."
+        + ", ".join(f"{_pct(v)} ({w})" for w, v in stream.items()) + "."
+        + _l8_size(t)
         + _l8_reading({w: relative_change(study, "k99", **where)
-                       for w, where in widths.items()}, pr)
+                       for w, where in widths.items()}, pr,
+                      {w: r[0].word for w, r in per_scale.items()},
+                      {w: where.get("part") == "wide" for w, where in widths.items()})
+        + " Every seed trains on the same images and is scored on the same pool: the "
+        "intervals cover initialisation and batch order, not the choice of training images."
         + _power_text(rule, tests, ("the k99 change",)) + " " + _gate_text([gate])
         + f" Paper: {PAPER['L8']}.")
     values = relative_change(study, "k99", **widths[label])
