@@ -63,7 +63,7 @@ test-portable: data
 	$(VENV)/python -m ddcl_theory.ledger.portable $(if $(SETS),--sets $(SETS)) $(NAMES)
 
 ## The unit and property tests alone; MARKS selects (CI, under emulated kernels, in one process:
-## "kernels and not browser and not slow and not symbolic").
+## "kernels and not browser and not slow and not symbolic and not graph").
 MARKS ?= not browser
 unit: setup
 	$(VENV)/python -m pytest tests -m "$(MARKS)" $(PARALLEL)

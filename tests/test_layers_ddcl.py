@@ -334,6 +334,7 @@ def test_ddcl_transformer_bad_arguments_raise():
         DDCLTransformer(3, 4, input_dim=4, depth=2, ddcl_block_after=2)
 
 
+@pytest.mark.graph
 def test_operation_counts_are_affine_in_t_for_ddcl_and_match_the_closed_forms():
     from ddcl_theory.experiments.ddcl_layer import operation_counts
 

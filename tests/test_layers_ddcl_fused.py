@@ -176,6 +176,7 @@ def test_forward_and_backward_run_no_synchronising_op(masked, temperature):
     assert not (fwd.bool_index or bwd.bool_index)
 
 
+@pytest.mark.graph
 @pytest.mark.parametrize("masked", [False, True])
 def test_dynamo_captures_the_forward_as_one_graph(masked):
     layer = _layer(dtype=torch.float32, temperature=lambda step: 0.5 + 0.1 * step)
