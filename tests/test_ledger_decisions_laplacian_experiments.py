@@ -220,3 +220,18 @@ def test_relative_change_refuses_a_baseline_of_zero():
     s = study(k99={"0": 0, "all": 1}, noise=0.0)
     with pytest.raises(ValueError, match="baseline must be positive"):
         dec.relative_change(s, "k99", part="wide")
+
+
+def test_l8_step_between_the_two_widest_widths_is_paired_and_signed_widest_minus_narrower():
+    rng = np.random.default_rng(0)
+    d12 = rng.normal(0.0, 0.02, 8)
+    per_seed = {"d=8": rng.normal(0.03, 0.02, 8), "d=12": d12, "d=16": d12 - 0.10}
+    words = {w: "not reproduced" for w in per_seed}
+    text = dec._l8_reading(per_seed, {"d=16": [0.0, 0.0, 0.0]}, words,
+                           {"d=8": False, "d=12": True, "d=16": True})
+    # the same seeds at both widths, each 10 points lower at d=16: the paired step is -10.0,
+    # with an interval of zero width
+    assert "and from d=12 to d=16 -10.0 [-10.0, -10.0] points (paired by seed)" in text
+    unpaired = dec._l8_reading(per_seed, {"d=16": [0.0, 0.0, 0.0]}, words,
+                               {"d=8": False, "d=12": False, "d=16": True})
+    assert "paired by seed" not in unpaired         # the narrower width's runs were not fresh
