@@ -208,3 +208,35 @@ def test_a_killed_stacked_run_resumes_to_the_same_numbers(tmp_path, monkeypatch)
                                   np.array(values), equal_nan=True), (lvl, name)
     assert b.acc == a.acc and np.array_equal(b.groups, a.groups)
     assert b.thresholds == a.thresholds
+
+
+@pytest.mark.skipif(__import__("ddcl_theory.data", fromlist=["find"]).find("20newsgroups") is None,
+                    reason="20 Newsgroups not in a data directory")
+def test_the_trained_model_sees_one_mini_batch_at_a_time_and_the_full_data_a_host_copy(
+        tmp_path, monkeypatch):
+    """At the paper's scale every token in float64 does not fit a GPU: the model on the device
+    sees mini-batches only (after its calibration on the host); every measurement on all
+    documents runs on a host copy."""
+    monkeypatch.setenv("DDCL_CACHE_DIR", str(tmp_path))
+    s = _small(k1=5, k2=3, epochs=3, batch_docs=7, documents=40, scales=(1.0,), seeds=(0,))
+    copies, calls = [], []
+    real_on_host, real_forward = S.on_host, StackedDDCL.forward
+
+    def spy_on_host(model):
+        copy = real_on_host(model)
+        copies.append(copy)
+        return copy
+
+    def spy_forward(self, tokens, segments, n):
+        calls.append((any(self is c for c in copies), n))
+        return real_forward(self, tokens, segments, n)
+
+    monkeypatch.setattr(S, "on_host", spy_on_host)
+    monkeypatch.setattr(StackedDDCL, "forward", spy_forward)
+    S.run(s, encoder=FakeEncoder())
+    trained = [n for on_copy, n in calls if not on_copy]
+    assert trained[0] == 40                                    # the calibration, on the host
+    assert trained[1:] and max(trained[1:]) <= 7               # then mini-batches only
+    assert len(trained) - 1 == s.epochs * -(-40 // 7)
+    assert [n for on_copy, n in calls if on_copy] == [40] * (s.epochs + 2)
+    assert len(copies) == s.epochs + 2                         # start, every epoch, the end

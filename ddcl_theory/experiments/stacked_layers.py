@@ -27,6 +27,7 @@ seed; the whole draw at scale 1). Recorded, per level:
 """
 from __future__ import annotations
 
+import copy
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -54,7 +55,8 @@ from ddcl_theory.theory.collapse import critical_temperature
 
 LEVELS = (1, 2)
 __all__ = ["StackedSettings", "LevelTrace", "Thresholds", "MergedGroup", "StackedRun",
-           "StackedResult", "content_tokens", "merged_groups", "run", "NEWSGROUPS", "LEVELS"]
+           "StackedResult", "content_tokens", "merged_groups", "on_host", "run", "NEWSGROUPS",
+           "LEVELS"]
 
 
 @dataclass(frozen=True)
@@ -297,6 +299,11 @@ def _thresholds(tau: float, start: torch.Tensor, end: torch.Tensor) -> Threshold
                              for kind in ("free_energy", "quantisation")))
 
 
+def on_host(model: StackedDDCL) -> StackedDDCL:
+    """A copy of ``model`` on the CPU, for the measurements on every token of a run."""
+    return copy.deepcopy(model).to("cpu")
+
+
 def _subset(n: int, scale: float, seed: int) -> torch.Tensor:
     """The documents of a run: all of them at scale 1, else a random subset drawn by seed."""
     if scale >= 1.0:
@@ -314,25 +321,31 @@ def _train(s: StackedSettings, values: np.ndarray, ids: np.ndarray, offsets: np.
     starts, stops = offsets[docs], offsets[docs + 1]
     rows = np.concatenate([np.arange(a, b) for a, b in zip(starts, stops)])
     sub_offsets = np.concatenate([[0], np.cumsum(stops - starts)]).astype(np.int64)
-    data = PackedTokens(torch.from_numpy(values[rows]).to(torch.float64).to(device),
-                        torch.from_numpy(sub_offsets).to(device))
+    # Every token of the run stays on the host in float64: the full-data measurements and the
+    # calibration run there, on a host copy of the model (:func:`on_host`), and the device holds
+    # the model and one mini-batch of documents at a time (at the paper's scale all tokens in
+    # float64 would take tens of GB of device memory).
+    data = PackedTokens(torch.from_numpy(values[rows]).to(torch.float64),
+                        torch.from_numpy(sub_offsets))
     std = Standardiser.fit(data.values)
     data = PackedTokens(std(data.values).to(torch.float64), data.offsets)
     n = len(data)
-    tokens, segments = data.batch(torch.arange(n, device=device))
+    tokens, segments = data.batch(torch.arange(n))
 
     gen = profile.seed_everything(seed)
-    model = StackedDDCL(tokens.shape[1], s.k1, s.k2).to(device=device, dtype=torch.float64)
+    model = StackedDDCL(tokens.shape[1], s.k1, s.k2).to(dtype=torch.float64)
     tau1, tau2 = model.calibrate(tokens, segments, n, s.fraction1, s.fraction2, generator=gen)
+    model.to(device)
     opt = torch.optim.Adam(model.parameters(), lr=s.lr)
     steps = s.epochs * math.ceil(n / s.batch_docs)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps)
 
     def evaluate() -> tuple[dict[int, dict], object]:
+        host = on_host(model)
         with torch.no_grad():
-            out = model(tokens, segments, n)
-        return {1: _measure(out.level1, tokens, model.level1.prototypes[0]),
-                2: _measure(out.level2, out.summaries, model.level2.prototypes[0])}, out
+            out = host(tokens, segments, n)
+        return {1: _measure(out.level1, tokens, host.level1.prototypes[0]),
+                2: _measure(out.level2, out.summaries, host.level2.prototypes[0])}, out
 
     start, out0 = evaluate()
     start_inputs = {1: tokens, 2: out0.summaries.detach().clone()}
@@ -349,7 +362,7 @@ def _train(s: StackedSettings, values: np.ndarray, ids: np.ndarray, offsets: np.
 
     def loss(forward, idx):
         batch_tokens, seg = data.batch(idx)
-        out = forward(batch_tokens, seg, len(idx))
+        out = forward(batch_tokens.to(device), seg.to(device), len(idx))
         for lvl, level in ((1, out.level1), (2, out.level2)):
             lq, lols, v = (float(getattr(level.losses, k).detach())
                            for k in ("l_q", "l_ols", "v"))
@@ -375,11 +388,12 @@ def _train(s: StackedSettings, values: np.ndarray, ids: np.ndarray, offsets: np.
             for name, value in record[str(lvl)].items():
                 getattr(traces[lvl], name).append(value)
 
+    host = on_host(model)
     with torch.no_grad():
-        out = model(tokens, segments, n)
+        out = host(tokens, segments, n)
     q1, q2 = out.level1.assignments[:, 0, 0], out.level2.assignments[:, 0, 0]
     end_inputs = {1: tokens, 2: out.summaries}
-    banks = {1: model.level1.prototypes[0].detach(), 2: model.level2.prototypes[0].detach()}
+    banks = {1: host.level1.prototypes[0].detach(), 2: host.level2.prototypes[0].detach()}
     taus = {1: tau1, 2: tau2}
     thresholds = {lvl: _thresholds(taus[lvl], start_inputs[lvl], end_inputs[lvl])
                   for lvl in LEVELS}
