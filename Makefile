@@ -10,7 +10,7 @@ PARALLEL := -n $(JOBS) --maxprocesses 8 --dist loadfile --no-loadscope-reorder -
 ## torch's modules in every process the tests and the book start.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: setup data book book-strict test test-slow test-portable unit goldens paper reference smoke gpu-check check-goldens check-render check-results check-reference clean
+.PHONY: setup data book book-strict test test-slow test-portable unit goldens paper reference smoke gpu-check runbook check-goldens check-render check-results check-reference clean
 
 setup:
 	@bash scripts/setup.sh
@@ -98,6 +98,12 @@ smoke: data
 ## experiment's seconds, steps and peak memory, and one short paper chapter (scripts/gpu_check.sh).
 gpu-check: data
 	bash scripts/gpu_check.sh $(NAMES)
+
+## The GPU runbook page (book/runbook.md): count the FLOPs of every experiment's training steps
+## at the paper's shapes (the smoke run with --flops, about five minutes), then write the page.
+runbook: data
+	$(VENV)/python -m ddcl_theory.runbook.flops
+	$(VENV)/python -m ddcl_theory.runbook.page
 
 check-goldens: setup
 	$(VENV)/python -m ddcl_theory.ledger.goldens check

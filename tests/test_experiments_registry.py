@@ -8,52 +8,17 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
-import re
 import typing
 from pathlib import Path
 
 import pytest
 
 from ddcl_theory.experiments import registry
+from ddcl_theory.runbook.chapters import chapter_calls
 from ddcl_theory.runtime.settings import CONFIRMATORY_SEED_BASE, Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 PREFIX = "ddcl_theory.experiments"
-
-
-def _code(source: Path) -> str:
-    cells = re.findall(r"^```\{code-cell\}[^\n]*\n(.*?)^```", source.read_text(), re.S | re.M)
-    return "\n".join("\n".join("" if line.lstrip().startswith(("%", "!", ":")) else line
-                               for line in cell.splitlines()) for cell in cells)
-
-
-def chapter_calls(source: Path) -> set[tuple[str, str]]:
-    """``(module, function)`` of every call a chapter makes into ``ddcl_theory.experiments``."""
-    tree = ast.parse(_code(source))
-    modules, functions = {}, {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(PREFIX):
-            for alias in node.names:
-                full = f"{node.module}.{alias.name}"
-                try:
-                    importlib.import_module(full)
-                    modules[alias.asname or alias.name] = full
-                except ImportError:
-                    functions[alias.asname or alias.name] = (node.module, alias.name)
-        elif isinstance(node, ast.Import):
-            modules.update({a.asname or a.name: a.name for a in node.names
-                            if a.name.startswith(PREFIX)})
-    calls = set()
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Call):
-            continue
-        f = node.func
-        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) \
-                and f.value.id in modules:
-            calls.add((modules[f.value.id], f.attr))
-        elif isinstance(f, ast.Name) and f.id in functions:
-            calls.add(functions[f.id])
-    return calls
 
 
 def takes_settings(function) -> bool:

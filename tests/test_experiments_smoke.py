@@ -139,6 +139,12 @@ def test_measure_entry_counts_the_training_steps_and_reads_peak_memory(monkeypat
     exact = smoke.measure_entry(Experiment("m.b", "S", "run"))
     assert exact.steps == 0 and exact.seconds_per_step is None
     assert exact.record("b.run")["seconds_per_step"] is None and "- ms/step" in exact.line("b")
+    assert "training" not in record                              # counted with --flops only
+    monkeypatch.setattr(smoke, "run_entry", three_by_two)
+    counted = smoke.measure_entry(Experiment("m.c", "S", "run"), flops=True).record("c.run")
+    # per step: a batch of 4 examples, forward 2*2*1 and weight gradient 2*2*1 flops each
+    linear = {"flops": 6 * 4 * 8, "steps": 6, "examples": 24}
+    assert counted["training"] == {**linear, "models": {"Linear": linear}}
 
 
 @pytest.mark.slow
@@ -153,8 +159,8 @@ def test_smoke_run_of_every_experiment_at_paper_settings_passes(tmp_path):
                DDCL_RESULTS_DIR=str(tmp_path / "results"),
                **{profile.PROFILE_ENV: "paper", profile.SMOKE_ENV: "1"})
     done = subprocess.run([sys.executable, "-m", "ddcl_theory.experiments.smoke", "--threads", "1",
-                           "--report", str(report)], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=900)
+                           "--flops", "--report", str(report)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
     record = json.loads(report.read_text(encoding="utf-8"))
     assert [o["name"] for o in record["experiments"]] == [e.name for e in smoke.entries()]
@@ -165,3 +171,14 @@ def test_smoke_run_of_every_experiment_at_paper_settings_passes(tmp_path):
     prov = record["provenance"]
     assert prov["profile"] == "paper" and prov["smoke"] is True and prov["device"] == "cpu"
     assert not (tmp_path / "results").exists()          # checkpoints went to a scratch folder
+    # the GPU runbook's FLOPs per example of each model, as committed (they follow from the
+    # code and the paper's shapes alone: a change of either must recount them)
+    from ddcl_theory.runbook import flops
+
+    def per_example(counts):
+        return {(name, model): c["flops"] / c["examples"]
+                for name, entry in counts["experiments"].items()
+                for model, c in entry["models"].items() if c["examples"]}
+
+    assert per_example(flops.from_report(record)) == per_example(flops.read()), \
+        "the FLOPs per example moved: python -m ddcl_theory.runbook.flops, then .page"

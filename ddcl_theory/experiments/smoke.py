@@ -1,6 +1,7 @@
 """The paper profile's smoke test: every experiment at paper settings, a handful of steps, on CPU.
 
     python -m ddcl_theory.experiments.smoke [NAME ...] [--threads N] [--exitfirst] [--report FILE]
+                                            [--flops]
     python -m ddcl_theory.experiments.smoke --list
 
 Runs ``run(Settings.from_profile())`` of every experiment in :data:`EXPERIMENTS`, one after
@@ -23,7 +24,9 @@ Beside its seconds, each experiment reports the optimiser steps its training loo
 :func:`ddcl_theory.runtime.training.fit`; none for the exact computations), the seconds per step,
 and its peak memory: on CUDA the peak of allocated device memory during that experiment, on
 the CPU the process's peak resident set so far (a bound, not a per-experiment figure). On a GPU
-host these are the figures to size a paper run by (``scripts/gpu_check.sh``).
+host these are the figures to size a paper run by (``scripts/gpu_check.sh``). ``--flops`` adds
+the FLOPs and examples of each experiment's training steps, at the paper's model shapes (the GPU
+runbook's counts, :mod:`ddcl_theory.runbook`).
 
 The experiments are those of :data:`ddcl_theory.experiments.registry.EXPERIMENTS` (the run
 functions the chapters call), each run on ``Settings.from_profile(**overrides)``.
@@ -47,7 +50,8 @@ from ddcl_theory.runtime import profile
 from ddcl_theory.runtime.paths import RESULTS_ENV
 
 @contextlib.contextmanager
-def _env(**values: str | None) -> Iterator[None]:
+def scoped_env(**values: str | None) -> Iterator[None]:
+    """Set (a str) or unset (None) environment variables inside the block; restore them after."""
     before = {k: os.environ.get(k) for k in values}
     for k, v in values.items():
         if v is None:
@@ -80,7 +84,7 @@ def _device(device: str) -> Iterator[None]:
 
 def check_smoke_budget(entry: Experiment) -> Any:
     """The smoke settings of ``entry``; ``ValueError`` when they equal its paper settings."""
-    with _env(**{profile.SMOKE_ENV: None}):
+    with scoped_env(**{profile.SMOKE_ENV: None}):
         paper = entry.make_settings()
     smoke = entry.make_settings()
     if entry.fixed_scale:                     # one scale in every profile: run it whole
@@ -109,6 +113,7 @@ class Measured:
     steps: int
     peak_mib: float
     peak_of: str
+    counted: dict | None = None     # --flops: {"flops", "steps", "examples"} of the training steps
 
     @property
     def seconds_per_step(self) -> float | None:
@@ -122,30 +127,36 @@ class Measured:
 
     def record(self, name: str) -> dict:
         per = self.seconds_per_step
-        return {"name": name, "seconds": round(self.seconds, 2), "ok": True,
-                "steps": self.steps,
-                "seconds_per_step": None if per is None else round(per, 5),
-                "peak_mib": round(self.peak_mib, 1), "peak_of": self.peak_of}
+        record = {"name": name, "seconds": round(self.seconds, 2), "ok": True,
+                  "steps": self.steps,
+                  "seconds_per_step": None if per is None else round(per, 5),
+                  "peak_mib": round(self.peak_mib, 1), "peak_of": self.peak_of}
+        if self.counted is not None:
+            record["training"] = dict(self.counted)
+        return record
 
 
-def measure_entry(entry: Experiment, device: str = "cpu") -> Measured:
+def measure_entry(entry: Experiment, device: str = "cpu", flops: bool = False) -> Measured:
     """:func:`run_entry` with its steps and peak memory (CUDA: allocated on the device during
-    the entry; CPU: the process's peak resident set so far)."""
+    the entry; CPU: the process's peak resident set so far); with ``flops``, also the FLOPs,
+    steps and examples of its training steps (:func:`ddcl_theory.runtime.training.counting_flops`;
+    the seconds then include the counting's overhead)."""
     import torch
 
-    from ddcl_theory.runtime.training import steps_taken
+    from ddcl_theory.runtime.training import counting_flops, steps_taken
     on_cuda = device == "cuda"
     if on_cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
     before = steps_taken()
-    seconds = run_entry(entry)
+    with counting_flops() if flops else contextlib.nullcontext() as counted:
+        seconds = run_entry(entry)
     if on_cuda:
         torch.cuda.synchronize()
         peak, where = torch.cuda.max_memory_allocated() / 2**20, "cuda allocated"
     else:      # ru_maxrss is in KiB on Linux
         peak, where = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "process rss"
-    return Measured(seconds, steps_taken() - before, peak, where)
+    return Measured(seconds, steps_taken() - before, peak, where, counted)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -158,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exitfirst", "-x", action="store_true", help="stop at the first failure")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="cpu (default; what CI runs) or cuda on a GPU host")
+    parser.add_argument("--flops", action="store_true",
+                        help="also count the FLOPs and examples of the training steps (slower)")
     parser.add_argument("--report", default=None,
                         help="also write the times and outcomes as JSON to this file (atomically)")
     args = parser.parse_args(argv)
@@ -190,8 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     progress = os.environ.get("DDCL_PROGRESS", "0")          # one line per experiment, no bars
     try:
         with blas, tempfile.TemporaryDirectory(prefix="ddcl-smoke-") as scratch, \
-                _env(**{profile.PROFILE_ENV: "paper", profile.SMOKE_ENV: "1",
-                        "DDCL_PROGRESS": progress, RESULTS_ENV: scratch}), _device(args.device):
+                scoped_env(**{profile.PROFILE_ENV: "paper", profile.SMOKE_ENV: "1",
+                              "DDCL_PROGRESS": progress, RESULTS_ENV: scratch}), \
+                _device(args.device):
             print(f"smoke: {len(todo)} experiment(s), {profile.describe()}, "
                   f"{torch.get_num_threads()} thread(s); checkpoints in a scratch folder",
                   flush=True)
@@ -199,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
             for e in todo:
                 start = time.perf_counter()
                 try:
-                    measured = measure_entry(e, args.device)
+                    measured = measure_entry(e, args.device, args.flops)
                 except Exception:                            # noqa: BLE001 -- reported by name
                     seconds = time.perf_counter() - start
                     print(f"FAILED {e.name} after {seconds:.1f} s:", flush=True)

@@ -19,22 +19,80 @@ run draws what the uninterrupted run would have drawn.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from ddcl_theory.runtime.precision import autocast, maybe_compile
 from ddcl_theory.runtime.rundir import RunDir
 from ddcl_theory.runtime.progress import progress
 
 _STEPS = [0]          # optimiser steps taken by fit in this process (read by the smoke run)
+_COUNTING: list[dict | None] = [None]       # the totals of an active :func:`counting_flops`
 
 
 def steps_taken() -> int:
     """Optimiser steps :func:`fit` has taken in this process so far (for seconds per step)."""
     return _STEPS[0]
+
+
+@contextlib.contextmanager
+def counting_flops() -> Iterator[dict]:
+    """Count what :func:`fit`'s training steps compute inside the block: yields running totals
+    ``{"flops", "steps", "examples", "models": {class name: {"flops", "steps", "examples"}}}``,
+    per model class as well (an experiment that trains several kinds of model, a network and
+    its linear probes, costs differently per example of each). FLOPs are torch's
+    ``FlopCounterMode`` count (matrix products, convolutions, attention) of each step's
+    forward and backward pass; examples are :func:`batch_examples`. Off by default: counting
+    slows the steps."""
+    if _COUNTING[0] is not None:
+        raise RuntimeError("counting_flops: already counting (the blocks do not nest)")
+    totals = {"flops": 0, "steps": 0, "examples": 0, "models": {}}
+    _COUNTING[0] = totals
+    try:
+        yield totals
+    finally:
+        _COUNTING[0] = None
+
+
+def _count_step(totals: dict, model: torch.nn.Module, flops: int, examples: int) -> None:
+    mine = totals["models"].setdefault(type(model).__name__,
+                                       {"flops": 0, "steps": 0, "examples": 0})
+    for record in (totals, mine):
+        record["flops"] += flops
+        record["steps"] += 1
+        record["examples"] += examples
+
+
+def _tensors(batch: Any) -> Iterator[torch.Tensor]:
+    if isinstance(batch, torch.Tensor):
+        yield batch
+    elif isinstance(batch, Mapping):
+        for item in batch.values():
+            yield from _tensors(item)
+    elif isinstance(batch, (tuple, list)):
+        for item in batch:
+            yield from _tensors(item)
+
+
+def batch_examples(batch: Any) -> int:
+    """The examples in a batch as :func:`fit` receives it (tensors found depth first through
+    tuples, lists and dicts): the elements of its largest integer tensor (indices, labels or
+    token ids: one per example, per token of a sequence, or per seed and example of a stack of
+    seeds), else the first dimension of its first tensor (the data itself); 0 without tensors.
+    """
+    tensors = list(_tensors(batch))
+    whole = [t for t in tensors if not (t.dtype.is_floating_point or t.dtype.is_complex
+                                        or t.dtype == torch.bool)]
+    if whole:
+        return max(int(t.numel()) for t in whole)
+    if tensors:
+        return int(tensors[0].shape[0]) if tensors[0].dim() else 1
+    return 0
 
 
 @dataclass
@@ -120,11 +178,16 @@ def fit(model: torch.nn.Module, optimizers: torch.optim.Optimizer | Sequence[tor
         # not one per step (a GPU would otherwise wait for every step before queueing the next)
         round_losses: list[torch.Tensor] = []
         for batch in batches(r):
-            with autocast(device):                  # bf16 on CUDA (paper), no-op on CPU
-                value = loss(forward, batch)
-            for opt in opts:
-                opt.zero_grad(set_to_none=True)
-            value.backward()
+            counting = _COUNTING[0]
+            with FlopCounterMode(display=False) if counting is not None else \
+                    contextlib.nullcontext() as counter:
+                with autocast(device):              # bf16 on CUDA (paper), no-op on CPU
+                    value = loss(forward, batch)
+                for opt in opts:
+                    opt.zero_grad(set_to_none=True)
+                value.backward()
+            if counting is not None:
+                _count_step(counting, model, counter.get_total_flops(), batch_examples(batch))
             if clip_grad_norm is not None:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), clip_grad_norm)
             for opt in opts:
