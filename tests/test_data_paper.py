@@ -617,3 +617,13 @@ def test_ensure_paper_gz_record_round_trip(monkeypatch, registry, server, tiny):
     out.write_bytes(gzip.compress(raw, compresslevel=1))  # other bytes, same rows
     assert paper_files.verify("imdb_full", out) == "content digest"
     assert paper.load_imdb_full("train")[0] == [r[4] for r in tiny.imdb_rows[1:5]]
+
+
+def test_the_text_encoder_reads_the_bert_snapshot_that_ensure_paper_fetched(monkeypatch, registry,
+                                                                            server):
+    from ddcl_theory.data.text import encoders
+    monkeypatch.delenv(encoders.BERT_PATH_ENV, raising=False)
+    assert encoders._pinned_bert_base() is None
+    _serve(monkeypatch, server)
+    assert paper_fetch.ensure_paper(["bert-base-uncased"]).ok
+    assert encoders._bert_base_source() == str(paper.bert_base_uncased_dir())

@@ -161,3 +161,28 @@ def test_imdb_clean_replaces_line_break_tags():
 def test_load_encoder_rejects_unknown_names():
     with pytest.raises(ValueError, match="name"):
         load_encoder("gpt-17")
+
+
+def test_the_paper_profile_refuses_a_substitute_for_bert_base(monkeypatch, capsys):
+    from ddcl_theory.data.text import encoders
+    from ddcl_theory.runtime import profile
+
+    monkeypatch.setattr(encoders, "_bert_base_source", lambda: None)
+    monkeypatch.delenv(encoders.SUBSTITUTE_ENV, raising=False)
+    monkeypatch.setenv(profile.PROFILE_ENV, "paper")
+    monkeypatch.setenv(profile.ALLOW_CPU_ENV, "1")
+    monkeypatch.delenv(profile.SMOKE_ENV, raising=False)
+    assert not encoders.substitute_allowed()
+    with pytest.raises(FileNotFoundError, match="make data PROFILE=paper.*DDCL_ALLOW_SUBSTITUTE"):
+        load_encoder("bert-base-uncased")
+    monkeypatch.setenv(profile.SMOKE_ENV, "1")                  # the smoke run: shapes, not BERT
+    assert encoders.substitute_allowed()
+    monkeypatch.delenv(profile.SMOKE_ENV)
+    monkeypatch.setenv(encoders.SUBSTITUTE_ENV, "1")            # asked for explicitly
+    assert encoders.substitute_allowed()
+    monkeypatch.delenv(encoders.SUBSTITUTE_ENV)
+    for name in ("cpu", "reference"):
+        monkeypatch.setenv(profile.PROFILE_ENV, name)
+        assert encoders.substitute_allowed()
+    encoder = load_encoder("bert-base-uncased")
+    assert encoder.name == encoders.MINILM and "NOTICE: no local copy" in capsys.readouterr().out

