@@ -60,6 +60,25 @@ def test_count_abs_is_read_from_a_declaration_and_needs_a_reason():
         Tolerance(count_abs=-1, reason="negative")
 
 
+def test_seeds_needed_move_within_count_rel_while_decimals_stay_within_abs():
+    tol = parse_declaration("# nbval-tolerance: abs=0.05 count_abs=3 count_rel=1 -- seeds a "
+                            "power analysis asks, from a variance of 3 seeds\n")
+    assert (tol.count_abs, tol.count_rel) == (3.0, 1.0)
+    assert tol.describe() == "abs=0.05 count_abs=3 count_rel=1"
+    row = "| > 0 | 0.02 | -0.0776 [-0.15, -0.00746] | 3 / 57 | 0.0402 | inconclusive |"
+    moved = "| > 0 | 0.02 | -0.0801 [-0.16, -0.0101] | 3 / 36 | 0.0231 | inconclusive |"
+    assert compare_text(row, moved, tol) == []
+    assert compare_text(row, moved, Tolerance(abs=0.05, count_abs=3, reason="r")) != []
+    assert compare_text(row, moved.replace("3 / 36", "3 / 130"), tol) != []  # beyond 3 + 57
+    assert compare_text(row, moved.replace("-0.0801", "+0.0801"), tol) != []  # a sign flip
+    assert numbers_agree("0.30", "0.45", Tolerance(count_rel=1, reason="counts")) is False
+    assert Tolerance(count_rel=1, reason="r").to_dict()["count_rel"] == 1
+    assert "count_rel" not in Tolerance(abs=1, reason="r").to_dict()
+    assert Tolerance.from_dict(tol.to_dict()) == tol
+    with pytest.raises(ValueError, match="count_rel"):
+        Tolerance(count_rel=-1, reason="negative")
+
+
 def test_a_tolerance_without_count_abs_serialises_as_before_and_round_trips():
     old = Tolerance(abs=0.03, reason="r")
     assert old.to_dict() == {"abs": 0.03, "rel": 0.0, "reason": "r"}

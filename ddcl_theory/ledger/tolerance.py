@@ -17,10 +17,13 @@ comment line::
     # nbval-tolerance: abs=0.03 rel=0.05 -- test accuracy after 3 epochs moves with the CPU's kernels
     # nbval-tolerance: abs=0.05 count_abs=2 -- accuracies; counts of 9 runs that met a stop rule
 
-Under a declared tolerance an integer may move by ``count_abs + abs + rel * |golden|``: the
-number of runs that met a rule (a plateau, a collapse, an early stop) is an outcome of training
-like an accuracy, and ``count_abs`` is its allowance, in runs. :func:`count_allowance` derives
-it from the binomial spread of such a count.
+Under a declared tolerance an integer may move by ``count_abs + (count_rel + rel) * |golden|
++ abs``: the number of runs that met a rule (a plateau, a collapse, an early stop) is an
+outcome of training like an accuracy, and ``count_abs`` is its allowance, in runs
+(:func:`count_allowance` derives it from the binomial spread of such a count); ``count_rel``
+is the allowance of an integer that scales with an estimated variance, such as the seeds a
+power analysis asks for (``n`` times a variance ratio estimated from a few seeds), which moves
+in proportion to itself while the decimals beside it stay tight.
 """
 from __future__ import annotations
 
@@ -36,7 +39,7 @@ NUMBER = re.compile(
 )
 WHITESPACE = re.compile(r"\s+")
 DECLARATION = re.compile(r"^\s*#\s*nbval-tolerance:\s*(?P<spec>.*)$", re.MULTILINE)
-_FIELD = re.compile(r"\b(abs|rel|count_abs)\s*=\s*([0-9.eE+-]+)")
+_FIELD = re.compile(r"\b(abs|rel|count_abs|count_rel)\s*=\s*([0-9.eE+-]+)")
 
 
 @dataclass(frozen=True)
@@ -49,15 +52,18 @@ class Tolerance:
         reason: why this much; required whenever any tolerance is non-zero.
         count_abs: how many units an integer literal (a count of runs) may move besides
             ``abs`` and ``rel`` (>= 0; decimals ignore it).
+        count_rel: how far an integer literal may move relative to its golden value besides
+            the others (>= 0; decimals ignore it).
     """
 
     abs: float = 0.0
     rel: float = 0.0
     reason: str = ""
     count_abs: float = 0.0
+    count_rel: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("abs", "rel", "count_abs"):
+        for name in ("abs", "rel", "count_abs", "count_rel"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name}: expected a finite number >= 0, got {value!r}")
@@ -66,17 +72,18 @@ class Tolerance:
 
     @property
     def declared(self) -> bool:
-        return bool(self.abs or self.rel or self.count_abs)
+        return bool(self.abs or self.rel or self.count_abs or self.count_rel)
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        if not self.count_abs:          # results written before counts had an allowance
-            del d["count_abs"]
+        for name in ("count_abs", "count_rel"):  # results written before counts had one
+            if not d[name]:
+                del d[name]
         return d
 
     def describe(self) -> str:
         """``abs=0.05 rel=0.3 count_abs=2`` (the fields that are set; ``tight`` when none)."""
-        parts = [f"{k}={getattr(self, k):g}" for k in ("abs", "rel", "count_abs")
+        parts = [f"{k}={getattr(self, k):g}" for k in ("abs", "rel", "count_abs", "count_rel")
                  if getattr(self, k)]
         return " ".join(parts) or "tight"
 
@@ -97,11 +104,11 @@ def parse_declaration(source: str) -> Tolerance:
     fields, _, reason = spec.partition("--")          # a number in the reason is not a field
     values = {k: float(v) for k, v in _FIELD.findall(fields)}
     if not values:
-        raise ValueError(f"nbval-tolerance: expected 'abs=<x>', 'rel=<x>' and/or "
-                         f"'count_abs=<n>', got {spec!r}")
+        raise ValueError(f"nbval-tolerance: expected 'abs=<x>', 'rel=<x>', 'count_abs=<n>' "
+                         f"and/or 'count_rel=<x>', got {spec!r}")
     reason = reason.strip()
     return Tolerance(values.get("abs", 0.0), values.get("rel", 0.0), reason,
-                     values.get("count_abs", 0.0))
+                     values.get("count_abs", 0.0), values.get("count_rel", 0.0))
 
 
 def count_allowance(k: int, n: int, sds: float = 2.0) -> int:
@@ -141,7 +148,8 @@ def allowance(golden: str, actual: str, tol: Tolerance = TIGHT) -> float:
     g = abs(float(golden))
     integers = _last_digit_unit(golden) == 0 and _last_digit_unit(actual) == 0
     if integers:
-        return tol.count_abs + tol.abs + tol.rel * g if tol.declared else 0.0
+        return (tol.count_abs + tol.abs + (tol.rel + tol.count_rel) * g) if tol.declared \
+            else 0.0
     return _rounding_slack(golden, actual) + tol.abs + tol.rel * g
 
 
