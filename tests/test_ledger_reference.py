@@ -177,6 +177,7 @@ def test_results_check_sets_the_reference_folder_aside():
     assert results_check._set_aside("results/reference/verdicts/a.json")
     assert results_check._set_aside("results/paper/verdicts/a.json")
     assert results_check._set_aside("results/first_edition/verdicts/a.json")
+    assert results_check._set_aside("results/runbook/flops.json")
     assert results_check._set_aside("results/seeds/D9.json")
     assert results_check._set_aside("results/settings/a.json")
     assert not results_check._set_aside("results/verdicts/a.json")

@@ -47,10 +47,11 @@ def committed_files(ref: str = "HEAD") -> list[str]:
 
 def _set_aside(rel: str) -> bool:
     """Files that are not claim rows rewritten by a cpu build: a paper rerun's and the committed
-    reference run's results, the first edition's archive, and the per-seed values and settings
-    behind the verdicts (their words and numbers are compared through the verdict files)."""
+    reference run's results, the first edition's archive, the per-seed values and settings
+    behind the verdicts (their words and numbers are compared through the verdict files), and
+    the GPU runbook's FLOP counts (written by ``make runbook``, checked by the smoke test)."""
     return rel.startswith(("results/paper/", "results/reference/", "results/first_edition/",
-                           "results/seeds/", "results/settings/"))
+                           "results/seeds/", "results/settings/", "results/runbook/"))
 
 
 def compare_rows(want: list[dict], got: list[dict], where: str) -> list[str]:
