@@ -15,6 +15,8 @@ from ddcl_theory.ledger.rules import L10_MIOU_SESOI, L10_SETTLED, RULES
 
 N = RULES["L10"].n_seeds
 STEPS = (100, 200)
+TREND = 8
+GRID = (1e-3, 2e-3, 4e-3)
 # zero-mean wiggles, one per seed, so each paired interval has a finite width
 WIGGLE = np.tile([0.004, -0.004, 0.002, -0.002, 0.0], 20)
 
@@ -22,16 +24,23 @@ WIGGLE = np.tile([0.004, -0.004, 0.002, -0.002, 0.0], 20)
 class Sweep:
     """The fields of a DenseSweep that the decision reads."""
 
-    def __init__(self, runs, floors, n):
-        self.settings = NS(seeds=tuple(range(n)), steps=STEPS, n_train=1024, dim=32, depth=2,
-                           heads=4, head_settings=("0", "all"))
+    def __init__(self, runs, floors, n, tuning):
+        seeds = tuple(range(n))
+        self.settings = NS(seeds=seeds, steps=STEPS, trend=seeds[:TREND], n_train=1024,
+                           n_test=4096, dim=32, depth=2, heads=4, head_settings=("0", "all"),
+                           tune_lrs=GRID, tune_seeds=(900, 901))
         self.runs, self.floors = runs, floors
         self.log_k, self.source = math.log(128), "cifar10"
+        self.tuning = tuning                 # {setting: (image accuracies, fg mIoUs) by rate}
+        self.lrs = {s: GRID[int(np.argmax(np.add(*t)))] for s, t in tuning.items()}
 
     def values(self, setting, field="miou", steps=None):
         steps = steps or STEPS[-1]
         return np.array([getattr(r.score, field) for r in sorted(self.runs, key=lambda r: r.seed)
                          if r.setting == setting and r.steps == steps])
+
+    def tuning_table(self, setting, field):
+        return np.array(self.tuning[setting][0 if field == "val_image_acc" else 1])
 
     def floor_values(self, which, setting=None, field="miou"):
         if which == "background":
@@ -40,13 +49,16 @@ class Sweep:
 
 
 def sweep(acc_gain=0.03, fg_gain=0.03, n=N, untrained=0.40, settle_move=0.0, ent=2.0,
-          rank=10.0):
+          rank=10.0, tuning=None):
     """``n`` paired seeds; the all-Laplacian arm gains ``acc_gain`` (image probe) and
-    ``fg_gain`` (foreground mIoU) over none at the longest run, half of that at the shorter."""
+    ``fg_gain`` (foreground mIoU) over none at the longest run, half of that at the shorter
+    (run by the first TREND seeds only)."""
     runs, floors = [], []
     for seed in range(n):
         base_fg, base_acc = 0.48 + 0.01 * (seed % 3), 0.20 + 0.01 * (seed % 4)
         for steps, share in zip(STEPS, (0.5, 1.0)):
+            if steps != STEPS[-1] and seed >= TREND:
+                continue
             for setting, on in (("0", 0.0), ("all", 1.0)):
                 fg = base_fg + on * share * (fg_gain + WIGGLE[seed])
                 score = NS(image_acc=base_acc + on * share * (acc_gain + WIGGLE[seed]),
@@ -58,7 +70,9 @@ def sweep(acc_gain=0.03, fg_gain=0.03, n=N, untrained=0.40, settle_move=0.0, ent
                        "untrained": {s: {"fg_miou": untrained + 0.005 * (seed % 2)}
                                      for s in ("0", "all")},
                        "ceiling": {s: {"miou": 0.09} for s in ("0", "all")}})
-    return Sweep(runs, floors, n)
+    tuning = tuning or {"0": ((0.20, 0.23, 0.19), (0.51, 0.50, 0.47)),
+                        "all": ((0.20, 0.21, 0.22), (0.55, 0.58, 0.60))}
+    return Sweep(runs, floors, n, tuning)
 
 
 def gate(v, name):
@@ -128,9 +142,12 @@ def test_each_failed_gate_makes_it_inconclusive():
     unsettled = dec.decide_l10(sweep(settle_move=2 * L10_SETTLED))
     assert unsettled.word == "inconclusive" and not gate(unsettled, "settled").passed
     assert "longer schedule" in gate(unsettled, "settled").detail
-    floor = dec.decide_l10(sweep(untrained=0.48))            # trained = untrained in one arm
+    floor = dec.decide_l10(sweep(untrained=0.49))            # trained = untrained in one arm
     assert floor.word == "inconclusive"
     assert not gate(floor, "above the untrained floor").passed
+    # the remedy names the arm that stayed at its initialisation, and its recipe
+    detail = gate(floor, "above the untrained floor").detail
+    assert "the features of none must beat" in detail and "its rate grid" in detail
     assert "a gate failed" in floor.evidence
     # the intervals are still shown beside the failed gate
     assert floor.tests[1].word == "reproduced"
@@ -142,3 +159,29 @@ def test_collapse_checks():
     assert dec.collapsed(NS(**{**ok.__dict__, "teacher_mean_entropy": 0.1}), math.log(64))
     assert dec.collapsed(NS(**{**ok.__dict__, "effective_rank": 1.5}), math.log(64))
     assert dec.collapsed(NS(**{**ok.__dict__, "teacher_entropy": 4.1}), math.log(64))
+
+
+def test_the_trend_compares_every_length_on_the_same_trend_seeds():
+    s = sweep()
+    for r in s.runs:                        # a large gain on the seeds beyond the trend seeds
+        if r.setting == "all" and r.seed >= TREND:
+            r.score.fg_miou += 0.2
+    v = dec.decide_l10(s)
+    short, long_ = v.trend["100 steps"][0], v.trend["200 steps"][0]
+    assert long_ == pytest.approx(0.03, abs=1e-3) and short == pytest.approx(0.015, abs=1e-3)
+    # the verdict's own interval reads every seed at the deciding length
+    assert v.tests[1].estimate > 0.1
+    assert f"on the same {TREND} seeds" in v.evidence
+    acc = dec.scale_trend(s, "image_acc")
+    assert acc["200 steps"][0] == pytest.approx(0.03, abs=1e-3)
+
+
+def test_the_evidence_prints_the_tuning_and_flags_an_edge_and_a_disagreement():
+    v = dec.decide_l10(sweep())
+    # none: 2e-3 (inside the grid; accuracy and foreground mIoU prefer 2e-3 and 1e-3)
+    assert "none: 0.002 (image accuracy alone would pick 0.002, foreground mIoU alone 0.001)" \
+        in v.evidence
+    # all heads Laplacian: 4e-3, the end of the grid, both scores agree
+    assert "all heads Laplacian: 0.004 (at an end of the grid)" in v.evidence
+    assert "0.001: 0.200/0.510" in v.evidence and v.numbers["lrs"] == {"0": 0.002,
+                                                                      "all": 0.004}

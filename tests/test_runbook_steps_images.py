@@ -48,8 +48,8 @@ PAPER = {
     "learned_attention.run[causal=True]": 3000,
     "learned_attention.run[causal=False]": 3000,
     "laplacian_study.run_vit": 4 * 100 * (8 + 24 + 71) + 2 * 200 * 8 + 2 * 100 * 8,
-    "dense_features.run": 10 * (3 * 500 + 2 * (3 * 500 + 8000)
-                                + 2 * (2000 + 4000 + 8000 + 3 * 5 * 500)),
+    "dense_features.run": (2 * 4 * (8000 + 3 * 500) + 10 * 9 * 500 + 4 * 2 * 8000
+                           + 4 * 2 * (2000 + 4000 + 2 * 4 * 500) + 10 * 2 * (8000 + 4 * 500)),
     "soft_vq.run": 18 * 71 + 10 * 4 * 50 * (2 + 12 + 71) + 50 * 71,
     "laplacian_readout.run": 2 * 43 * 100 * (8 + 24 + 71),
 }
@@ -226,14 +226,21 @@ def test_dense_features_examples_per_model_class(monkeypatch):
         rng = np.random.default_rng(0 if split == "train" else 1)
         return rng.uniform(0, 1, (50, 32, 32, 3)).astype(np.float32), np.arange(50) % 10
     monkeypatch.setattr(dense_proxy, "cifar_backgrounds", noise)
-    s = df.DenseSettings(n_train=24, n_val=16, n_test=16, patch=8, dim=16, depth=1, heads=2,
-                         mlp_ratio=2, out_dim=16, batch_size=8, steps=(4, 6), steps_per_round=2,
-                         lr=3e-3, weight_decay=0.0, momentum=0.9, probe_steps=3, probe_lr=0.1,
-                         ceiling_steps=6, seeds=(0,), head_settings=("0", "all"))
+    s = df.DenseSettings(n_train=24, n_val=16, n_test=16, test_backgrounds="test", patch=8,
+                         dim=16, depth=1, heads=2, mlp_ratio=2, out_dim=16, batch_size=8,
+                         steps=(4, 6), steps_per_round=2, tune_lrs=(1e-3,), tune_seeds=(900,),
+                         trend_seeds=1, weight_decay=0.0, momentum=0.9, probe_steps=3,
+                         probe_lr=0.1, ceiling_steps=6, seeds=(0, 1),
+                         head_settings=("0", "all"))
     got = counted(lambda st: df.run(st, run_dir=RunDir("dense", st, enabled=False)), s)
     assert got["steps"] == STEPS["dense_features.run"](s)
-    dense, image = 2 * 3 * 24 * 16, 3 * 24       # 16 patches an image; probes: 3 steps
-    want = {"Linear": 3 * (dense + image) + 2 * 2 * (2 * dense + image),
-            "SegmentationViT": 2 * 6 * 8 * 16,   # patch labels (8, 16) a step
-            "SelfDistillation": 2 * (4 + 6) * 8}  # float views: 8 images a step
+    dense, image = 3 * 24 * 16, 3 * 24           # 16 patches an image; probes: 3 steps
+    # 2 tuning runs (1 rate, 1 tuning seed, 2 arms): a foreground probe at the settling round,
+    # a foreground and an image probe at the end; floors of 2 seeds: 3 feature sets x 3
+    # probes; 6 deciding runs (4 steps: the trend seed only; 6 steps: both seeds): a
+    # foreground probe at the settling round and 3 probes at the end
+    want = {"Linear": 2 * (2 * dense + image) + 2 * 3 * (2 * dense + image)
+            + 6 * (3 * dense + image),
+            "SegmentationViT": 2 * 6 * 8 * 16,   # the trend seed's 2 ceilings, (8, 16) labels
+            "SelfDistillation": (2 * 6 + 2 * 4 + 4 * 6) * 8}  # float views: 8 images a step
     assert per_class(got) == EXAMPLES["dense_features.run"](s) == want

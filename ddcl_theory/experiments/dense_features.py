@@ -17,18 +17,31 @@ patches and on the untrained ViT (floors), and the same ViT trained with the seg
 (:class:`~ddcl_theory.models.dino.SegmentationViT`, early-stopped at its validation optimum: the
 ceiling). Seed ``s`` draws its own training, validation and test images, and gives both head
 settings the same images, initialisation stream, batches, augmentations and masks: the arms are
-paired, and the seed-to-seed spread includes the sampling of the test images.
+paired, and the seed-to-seed spread includes the sampling of the test images. The test
+images' backgrounds come from the 40,000 CIFAR-10 training images outside the subset
+(:mod:`ddcl_theory.data.cifar10_rest`, ``test_backgrounds="rest"``): no run trains on them, and
+thousands of test images per seed keep their sampling a small part of the spread.
+
+Each head setting pre-trains at its own learning rate, tuned before any deciding run
+(:func:`tune`, :func:`tuned_lrs`): one run per rate of ``settings.tune_lrs`` on each of the
+tuning seeds (never deciding seeds), at the deciding length, scored on their validation images
+only; each setting takes the rate of the best mean rank over the validation scores of the two
+binding tests (image probe accuracy and foreground mIoU). Both arms are tuned alike: the
+comparison is of each arm at its best rate, not of one rate that suits one arm.
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from scipy.stats import rankdata
 import torch
 import torch.nn.functional as F
 
+from ddcl_theory.data.cifar10_rest import load_cifar10_rest
 from ddcl_theory.data.dense_proxy import NUM_CLASSES, DenseProxy, make_dense_proxy
 from ddcl_theory.experiments.laplacian_common import bad_head_settings, laplacian_count
 from ddcl_theory.metrics import segmentation
@@ -40,11 +53,13 @@ from ddcl_theory.runtime.rundir import RunDir
 from ddcl_theory.runtime.settings import Settings, confirmatory_seeds, setting
 from ddcl_theory.runtime.threads import num_threads
 from ddcl_theory.runtime.training import fit
+from ddcl_theory.runtime.workers import map_units
 
 __all__ = ["HEAD_SETTINGS", "IMAGE_CLASSES", "REFERENCE_SEEDS", "SETTLE_AT", "DenseSettings",
-           "ProbeScore", "PretrainRun", "CeilingRun", "SeedFloors", "DenseSweep", "two_views",
-           "to_patches", "standardise", "train_probe", "probe_features", "prepare", "floors",
-           "pretrain", "ceiling", "warmup_cosine", "run"]
+           "ProbeScore", "PretrainRun", "CeilingRun", "SeedFloors", "TuningRun", "DenseSweep",
+           "CONFIRMATORY_RUN", "TEST_BACKGROUNDS", "two_views", "to_patches", "standardise",
+           "train_probe", "probe_features", "validation_scores", "prepare", "test_images",
+           "floors", "pretrain", "ceiling", "tune", "tuned_lrs", "warmup_cosine", "run"]
 
 HEAD_SETTINGS = ("0", "all")
 #: Classes of the image-level probe: the CIFAR-10 class of each image's background.
@@ -53,19 +68,28 @@ IMAGE_CLASSES = 10
 SETTLE_AT = 0.75
 #: Seeds of the reference profile: the registered rule's ``n_seeds`` of claim L10 (a test
 #: checks that they agree; experiments do not import the ledger).
-REFERENCE_SEEDS = 7
+REFERENCE_SEEDS = 24
+#: The confirmatory run of the rule in force: seeds no earlier run of this chapter used (the
+#: first ran 1000-1006 at one shared rate; a second, stopped unread, drew 2000-2029).
+CONFIRMATORY_RUN = 3
+#: Where the test images' backgrounds come from: CIFAR-10's staged test split (1,000 images)
+#: or the 40,000 training images outside the subset (never trained on).
+TEST_BACKGROUNDS = ("test", "rest")
 
 
 @dataclass(frozen=True)
 class DenseSettings(Settings):
     """Scale of the experiment. cpu: 256 training images, 2 seeds, runs of 60 and 120 steps
     (what CI replays); reference: 1,024 training images, the rule's confirmatory seeds
-    (:data:`REFERENCE_SEEDS`), separate runs of 200 and 800 steps; paper: a wider, deeper ViT
-    on 20,000 images."""
+    (:data:`REFERENCE_SEEDS`), separate runs of 200, 400 and 800 steps (the shorter ones and
+    the ceiling on the first ``trend_seeds`` seeds), 4,096 test images a seed; paper: a wider,
+    deeper ViT on 20,000 images."""
 
     n_train: int = setting(256, reference=1024, paper=20000, smoke=32, ge=8)
     n_val: int = setting(64, reference=256, paper=2000, smoke=16, ge=8)
-    n_test: int = setting(128, reference=512, paper=2000, smoke=16, ge=8)
+    n_test: int = setting(256, reference=4096, paper=4096, smoke=16, ge=8)
+    #: backgrounds of the test images (:data:`TEST_BACKGROUNDS`)
+    test_backgrounds: str = setting("rest")
     patch: int = setting(4, ge=1)
     zoom: int = setting(2, ge=1)
     dim: int = setting(32, paper=192, ge=1)
@@ -75,11 +99,19 @@ class DenseSettings(Settings):
     out_dim: int = setting(128, paper=1024, ge=2)
     batch_size: int = setting(32, paper=128, smoke=8, ge=2)
     #: pre-training lengths in optimiser steps (separate runs: the scale trend)
-    steps: tuple[int, ...] = setting((60, 120), reference=(200, 800),
+    steps: tuple[int, ...] = setting((60, 120), reference=(200, 400, 800),
                                      paper=(2000, 4000, 8000), smoke=(8,), ge=1, nonempty=True)
     #: steps per round of the training loop (the loss curve's resolution, the checkpoints)
     steps_per_round: int = setting(15, reference=25, paper=200, smoke=2, ge=1)
-    lr: float = setting(2e-3, paper=5e-4, gt=0)
+    #: the learning-rate grid each head setting is tuned on (increasing)
+    tune_lrs: tuple[float, ...] = setting((1e-3, 4e-3),
+                                          reference=(2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3, 8e-3),
+                                          paper=(2.5e-4, 5e-4, 1e-3, 2e-3), smoke=(2e-3,),
+                                          gt=0, nonempty=True)
+    #: exploratory seeds of the tuning runs (never deciding seeds)
+    tune_seeds: tuple[int, ...] = setting((900,), reference=(900, 901), ge=0, nonempty=True)
+    #: the first ``trend_seeds`` seeds also run the shorter lengths and the ceiling
+    trend_seeds: int = setting(1, reference=8, paper=4, ge=1)
     weight_decay: float = setting(0.04, ge=0)
     warmup: float = setting(0.1, ge=0, lt=1)
     momentum: float = setting(0.99, paper=0.996, ge=0, lt=1)
@@ -89,11 +121,13 @@ class DenseSettings(Settings):
     #: optimiser steps of the supervised ceiling (validation read every round, best kept)
     ceiling_steps: int = setting(120, reference=400, paper=8000, smoke=8, ge=1)
     ceiling_lr: float = setting(2e-3, paper=5e-4, gt=0)
-    seeds: tuple[int, ...] = setting((0, 1), reference=confirmatory_seeds(REFERENCE_SEEDS),
-                                     paper=confirmatory_seeds(10), smoke=(0,), ge=0,
-                                     nonempty=True)
+    seeds: tuple[int, ...] = setting(
+        (0, 1), reference=confirmatory_seeds(REFERENCE_SEEDS, run=CONFIRMATORY_RUN),
+        paper=confirmatory_seeds(10, run=CONFIRMATORY_RUN), smoke=(0,), ge=0, nonempty=True)
     head_settings: tuple[str, ...] = setting(HEAD_SETTINGS, nonempty=True)
     threads: int | None = setting(1, paper=None, ge=1)
+    #: processes computing the units (each one tuning run, deciding run or seed's floors)
+    workers: int = setting(1, reference=2, ge=1)
 
     def check(self) -> None:
         if 32 % self.patch:
@@ -104,6 +138,15 @@ class DenseSettings(Settings):
         if list(self.steps) != sorted(set(self.steps)):
             raise ValueError(f"DenseSettings.steps: expected increasing lengths, got "
                              f"{self.steps!r}")
+        if list(self.tune_lrs) != sorted(set(self.tune_lrs)):
+            raise ValueError(f"DenseSettings.tune_lrs: expected increasing rates, got "
+                             f"{self.tune_lrs!r}")
+        if shared := sorted(set(self.tune_seeds) & set(self.seeds)):
+            raise ValueError(f"DenseSettings.tune_seeds: expected seeds that decide nothing, "
+                             f"got {shared} also in seeds")
+        if self.test_backgrounds not in TEST_BACKGROUNDS:
+            raise ValueError(f"DenseSettings.test_backgrounds: expected one of "
+                             f"{TEST_BACKGROUNDS}, got {self.test_backgrounds!r}")
         for n in (*self.steps, self.ceiling_steps):
             if n % self.steps_per_round:
                 raise ValueError(f"DenseSettings.steps_per_round: expected a divisor of every "
@@ -117,6 +160,21 @@ class DenseSettings(Settings):
         """Patch tokens per image."""
         return (32 // self.patch) ** 2
 
+    def seeds_at(self, steps: int) -> tuple[int, ...]:
+        """The seeds that run a length: all at the longest, the first ``trend_seeds`` at the
+        shorter ones."""
+        return self.seeds if steps == self.steps[-1] else self.trend
+
+    @property
+    def trend(self) -> tuple[int, ...]:
+        """The seeds of the scale trend and the ceiling: the first ``trend_seeds``."""
+        return self.seeds[:self.trend_seeds]
+
+    @property
+    def tune_steps(self) -> int:
+        """Length of a tuning run: the deciding length (the longest of ``steps``)."""
+        return self.steps[-1]
+
     def settle_round(self, steps: int) -> int:
         """The round after which a run of ``steps`` steps reads the settling gate's probe."""
         return max(1, round(SETTLE_AT * steps / self.steps_per_round))
@@ -129,8 +187,9 @@ class ProbeScore:
     ``miou``, ``pixel_acc``: the 11-class 1x1 probe on the test images' pixel labels;
     ``val_miou``: the same probe on the validation images (carved from the training split);
     ``fg_miou``, ``val_fg_miou``: the foreground probe (digit tile or background, 2 classes)
-    on the test and validation images; ``image_acc``: the image-level probe's test accuracy;
-    ``image_correct``: its per-image 0/1 correctness."""
+    on the test and validation images; ``image_acc``, ``val_image_acc``: the image-level
+    probe's test and validation accuracy; ``image_correct``: its per-image 0/1 correctness on
+    the test images."""
 
     miou: float
     pixel_acc: float
@@ -139,6 +198,19 @@ class ProbeScore:
     val_fg_miou: float
     image_acc: float
     image_correct: tuple[int, ...] = ()
+    val_image_acc: float = float("nan")
+
+
+@dataclass(frozen=True)
+class TuningRun:
+    """One tuning run: a head setting pre-trained at one rate on a tuning seed, scored on that
+    seed's validation images only (its foreground probe's mIoU, its image probe's accuracy)."""
+
+    setting: str
+    lr: float
+    seed: int
+    val_fg_miou: float
+    val_image_acc: float
 
 
 @dataclass(frozen=True)
@@ -178,12 +250,13 @@ class SeedFloors:
     background_pixel_acc: float
     raw: ProbeScore
     untrained: dict[str, ProbeScore]
-    ceiling: dict[str, CeilingRun]
+    ceiling: dict[str, CeilingRun]    # on the trend seeds only (empty on the others)
 
 
 @dataclass
 class DenseSweep:
-    """All runs, the floors and ceilings per seed, and the data facts needed to read them."""
+    """All runs, the floors and ceilings per seed, the tuning runs and the rate each head
+    setting pre-trained at, and the data facts needed to read them."""
 
     settings: DenseSettings
     runs: list[PretrainRun]
@@ -191,6 +264,8 @@ class DenseSweep:
     source: str
     digests: dict[str, str] = field(default_factory=dict)
     log_k: float = 0.0
+    tuning: list[TuningRun] = field(default_factory=list)
+    lrs: dict[str, float] = field(default_factory=dict)
 
     def run(self, setting: str, seed: int, steps: int | None = None) -> PretrainRun:
         steps = self.settings.steps[-1] if steps is None else steps
@@ -202,16 +277,21 @@ class DenseSweep:
     def values(self, setting: str, field_name: str = "miou", steps: int | None = None
                ) -> np.ndarray:
         """(seeds,) of a probe field of the trained runs of one setting at ``steps`` (default
-        the largest), in seed order."""
+        the largest), in seed order, over the seeds that ran that length
+        (:meth:`DenseSettings.seeds_at`)."""
+        steps = self.settings.steps[-1] if steps is None else steps
         return np.array([getattr(self.run(setting, s, steps).score, field_name)
-                         for s in self.settings.seeds], dtype=float)
+                         for s in self.settings.seeds_at(steps)], dtype=float)
 
     def floor_values(self, which: str, setting: str | None = None,
                      field_name: str = "miou") -> np.ndarray:
         """(seeds,) of a floor or the ceiling: ``which`` in ``"background"``, ``"raw"``,
-        ``"untrained"``, ``"ceiling"`` (the last two per ``setting``)."""
+        ``"untrained"``, ``"ceiling"`` (the last two per ``setting``; the ceiling over the
+        trend seeds only)."""
         out = []
         for f in self.floors:
+            if which == "ceiling" and setting not in f.ceiling:
+                continue
             if which == "background":
                 out.append(f.background if field_name == "miou" else f.background_pixel_acc)
             elif which == "raw":
@@ -225,6 +305,11 @@ class DenseSweep:
                                  f"{which!r}")
         return np.array(out, dtype=float)
 
+    def tuning_table(self, setting: str, field_name: str) -> np.ndarray:
+        """(rates,) mean over the tuning seeds of a tuning score (``"val_fg_miou"`` or
+        ``"val_image_acc"``) of one head setting, in the grid's order."""
+        return tuning_means(self.tuning, self.settings, setting, field_name)
+
 
 # ------------------------------------------------------------------------------ data
 
@@ -233,15 +318,16 @@ class DenseSweep:
 class _Data:
     train: DenseProxy
     val: DenseProxy
-    test: DenseProxy
+    test: DenseProxy | None            # None for a tuning run: it never sees test images
     x_train: torch.Tensor              # standardised patches (N, T, p*p*3)
     x_val: torch.Tensor
-    x_test: torch.Tensor
+    x_test: torch.Tensor | None
     images_train: torch.Tensor         # standardised images (N, 3, 32, 32), for the views
     y_train: torch.Tensor              # patch labels (N, T)
     y_val: torch.Tensor
     image_train: torch.Tensor          # background classes (N,)
-    image_test: torch.Tensor
+    image_val: torch.Tensor
+    image_test: torch.Tensor | None
 
 
 def _subset(d: DenseProxy, start: int, stop: int) -> DenseProxy:
@@ -262,29 +348,50 @@ def to_patches(images: torch.Tensor, patch: int) -> torch.Tensor:
     return x.reshape(b, (h // patch) * (w // patch), patch * patch * c)
 
 
-def prepare(settings: DenseSettings, seed: int, device: str | torch.device = "cpu") -> _Data:
+@functools.lru_cache(maxsize=1)
+def _rest_backgrounds() -> tuple[np.ndarray, np.ndarray]:
+    rest = load_cifar10_rest()
+    return rest.float_images(), rest.y
+
+
+def test_images(settings: DenseSettings, seed: int) -> DenseProxy:
+    """Seed ``seed``'s ``n_test`` test images: the test split's digits on backgrounds from
+    ``settings.test_backgrounds``."""
+    kw = dict(patch=settings.patch, zoom=settings.zoom)
+    if settings.test_backgrounds == "rest":
+        images, labels = _rest_backgrounds()
+        return make_dense_proxy(settings.n_test, seed=2 * seed + 1, split="test",
+                                backgrounds=images, background_labels=labels,
+                                source="cifar10 (rest of the training set)", **kw)
+    return make_dense_proxy(settings.n_test, seed=2 * seed + 1, split="test", **kw)
+
+
+def prepare(settings: DenseSettings, seed: int, device: str | torch.device = "cpu", *,
+            with_test: bool = True) -> _Data:
     """Seed ``seed``'s draws: ``n_train + n_val`` images of the training split (the last
-    ``n_val`` are the validation images) and ``n_test`` of the test split, standardised with the
-    training images' channel statistics, as tensors on ``device`` (every later step runs where
-    they are)."""
+    ``n_val`` are the validation images) and ``n_test`` test images (:func:`test_images`; none
+    when ``with_test`` is false, as for a tuning run), standardised with the training images'
+    channel statistics, as tensors on ``device`` (every later step runs where they are)."""
     st = settings
-    kw = dict(patch=st.patch, zoom=st.zoom)
-    both = make_dense_proxy(st.n_train + st.n_val, seed=2 * seed, split="train", **kw)
+    both = make_dense_proxy(st.n_train + st.n_val, seed=2 * seed, split="train",
+                            patch=st.patch, zoom=st.zoom)
     train, val = _subset(both, 0, st.n_train), _subset(both, st.n_train, len(both))
-    test = make_dense_proxy(st.n_test, seed=2 * seed + 1, split="test", **kw)
+    test = test_images(st, seed) if with_test else None
     mean = train.images.mean(axis=(0, 1, 2), keepdims=True)
     std = train.images.std(axis=(0, 1, 2), keepdims=True) + 1e-6
     images = {k: normalise(d.images, mean, std).to(device) for k, d in
-              (("train", train), ("val", val), ("test", test))}
+              (("train", train), ("val", val), ("test", test)) if d is not None}
     patches = {k: to_patches(v, st.patch) for k, v in images.items()}
 
     def labels(d: DenseProxy) -> torch.Tensor:
         return torch.from_numpy(d.patch_labels.reshape(len(d), -1)).to(device)
 
-    return _Data(train, val, test, patches["train"], patches["val"], patches["test"],
-                 images["train"], labels(train), labels(val),
-                 torch.from_numpy(train.image_labels).to(device),
-                 torch.from_numpy(test.image_labels).to(device))
+    def classes(d: DenseProxy | None) -> torch.Tensor | None:
+        return None if d is None else torch.from_numpy(d.image_labels).to(device)
+
+    return _Data(train, val, test, patches["train"], patches["val"], patches.get("test"),
+                 images["train"], labels(train), labels(val), classes(train), classes(val),
+                 classes(test))
 
 
 def two_views(images: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
@@ -373,11 +480,17 @@ def _score(pred_patches: np.ndarray | torch.Tensor, d: DenseProxy, *,
     return segmentation.miou(conf), segmentation.pixel_accuracy(conf)
 
 
+def _hits(probe: torch.nn.Linear, features: torch.Tensor, labels: torch.Tensor
+          ) -> tuple[int, ...]:
+    with torch.no_grad():
+        return tuple((probe(features).argmax(-1) == labels).int().tolist())
+
+
 def probe_features(dense: Sequence[torch.Tensor], image: Sequence[torch.Tensor] | None,
                    d: _Data, settings: DenseSettings, *, seed: int) -> ProbeScore:
     """The probes: ``dense`` = (train, val, test) patch features (N, T, dim) for the 11-class
-    and the foreground 1x1 probes, ``image`` = (train, test) image features (N, dim) or None
-    (no image-level probe: accuracy NaN). Each is standardised with the training images'
+    and the foreground 1x1 probes, ``image`` = (train, val, test) image features (N, dim) or
+    None (no image-level probe: accuracies NaN). Each is standardised with the training images'
     statistics."""
     tr, va, te = standardise(*dense)
     kw = dict(steps=settings.probe_steps, lr=settings.probe_lr, seed=seed)
@@ -389,23 +502,49 @@ def probe_features(dense: Sequence[torch.Tensor], image: Sequence[torch.Tensor] 
         fg_miou, _ = _score(fg_probe(te).argmax(-1), d.test, foreground=True)
         val_fg_miou, _ = _score(fg_probe(va).argmax(-1), d.val, foreground=True)
     correct: tuple[int, ...] = ()
-    image_acc = float("nan")
+    image_acc = val_image_acc = float("nan")
     if image is not None:
-        i_tr, i_te = standardise(*image)
+        i_tr, i_va, i_te = standardise(*image)
         image_probe = train_probe(i_tr, d.image_train, num_classes=IMAGE_CLASSES, **kw)
-        with torch.no_grad():
-            hits = (image_probe(i_te).argmax(-1) == d.image_test).int().tolist()
-        correct, image_acc = tuple(hits), float(np.mean(hits))
-    return ProbeScore(miou, pixel_acc, val_miou, fg_miou, val_fg_miou, image_acc, correct)
+        correct = _hits(image_probe, i_te, d.image_test)
+        image_acc = float(np.mean(correct))
+        val_image_acc = float(np.mean(_hits(image_probe, i_va, d.image_val)))
+    return ProbeScore(miou, pixel_acc, val_miou, fg_miou, val_fg_miou, image_acc, correct,
+                      val_image_acc)
+
+
+def validation_scores(dense: Sequence[torch.Tensor], image: Sequence[torch.Tensor] | None,
+                      d: _Data, settings: DenseSettings, *, seed: int) -> tuple[float, float]:
+    """(foreground mIoU, image probe accuracy) on the validation images, of the probes of
+    :func:`probe_features` fitted on the training images: ``dense`` = (train, val) patch
+    features, ``image`` = (train, val) image features or None (accuracy NaN). Reads no test
+    image: the tuning runs and the settling gate use it."""
+    tr, va = standardise(*dense)
+    kw = dict(steps=settings.probe_steps, lr=settings.probe_lr, seed=seed)
+    fg_probe = train_probe(tr, (d.y_train > 0).long(), num_classes=2, **kw)
+    with torch.no_grad():
+        val_fg_miou, _ = _score(fg_probe(va).argmax(-1), d.val, foreground=True)
+    acc = float("nan")
+    if image is not None:
+        i_tr, i_va = standardise(*image)
+        image_probe = train_probe(i_tr, d.image_train, num_classes=IMAGE_CLASSES, **kw)
+        acc = float(np.mean(_hits(image_probe, i_va, d.image_val)))
+    return val_fg_miou, acc
+
+
+def _features(model: DenseViT, xs: Sequence[torch.Tensor]) -> tuple[list, list]:
+    """(patch features, [CLS] features) of each input, the model in eval mode."""
+    was = model.training
+    model.eval()
+    dense = [patch_features(model, x) for x in xs]
+    image = [cls_features(model, x) for x in xs]
+    model.train(was)
+    return dense, image
 
 
 def _probe_model(model: DenseViT, d: _Data, settings: DenseSettings, *, seed: int
                  ) -> ProbeScore:
-    was = model.training
-    model.eval()
-    dense = [patch_features(model, x) for x in (d.x_train, d.x_val, d.x_test)]
-    image = [cls_features(model, x) for x in (d.x_train, d.x_test)]
-    model.train(was)
+    dense, image = _features(model, (d.x_train, d.x_val, d.x_test))
     return probe_features(dense, image, d, settings, seed=seed)
 
 
@@ -419,22 +558,24 @@ def _vit(settings: DenseSettings, setting: str) -> DenseViT:
 # ------------------------------------------------------------------------------ floors
 
 
-def floors(settings: DenseSettings, seed: int, d: _Data, *, run: RunDir | None = None
-           ) -> SeedFloors:
+def floors(settings: DenseSettings, seed: int, d: _Data, *, run: RunDir | None = None,
+           with_ceiling: bool = True) -> SeedFloors:
     """One seed's reference points: the all-background labelling, the probes on the raw
     patches and on each head setting's untrained ViT (the initialisation the trained runs
-    start from), and each head setting's supervised ceiling."""
+    start from), and (``with_ceiling``) each head setting's supervised ceiling."""
     st = settings
     zeros = np.zeros((len(d.test), st.tokens), dtype=np.int64)
     device = d.x_train.device
     background, background_acc = _score(zeros, d.test)
     raw = probe_features((d.x_train, d.x_val, d.x_test),
-                         (d.x_train.mean(1), d.x_test.mean(1)), d, st, seed=seed)
+                         (d.x_train.mean(1), d.x_val.mean(1), d.x_test.mean(1)), d, st,
+                         seed=seed)
     untrained = {}
     for s in st.head_settings:
         profile.seed_everything(seed)
         untrained[s] = _probe_model(_vit(st, s).to(device), d, st, seed=seed)
-    top = {s: ceiling(st, s, seed, d, run=run) for s in st.head_settings}
+    top = ({s: ceiling(st, s, seed, d, run=run) for s in st.head_settings} if with_ceiling
+           else {})
     return SeedFloors(seed, background, background_acc, raw, untrained, top)
 
 
@@ -488,21 +629,18 @@ def ceiling(settings: DenseSettings, setting: str, seed: int, d: _Data, *,
 # ------------------------------------------------------------------------------ pre-training
 
 
-def pretrain(settings: DenseSettings, setting: str, seed: int, steps: int, d: _Data, *,
-             run: RunDir | None = None, end_of_round=None) -> PretrainRun:
-    """Self-distil one ViT for ``steps`` steps (its own warm-up and cosine decay) and probe its
-    teacher at the end (and the foreground probe's validation mIoU at :data:`SETTLE_AT` of the
-    schedule);
-    resumable through ``run``. ``end_of_round`` (optional, ``round -> None``) is called after the
-    loop's own bookkeeping of each round (tests use it to interrupt a run)."""
+def _self_distil(settings: DenseSettings, setting: str, seed: int, steps: int, d: _Data,
+                 lr: float, *, run: RunDir | None, name: str, end_of_round=None):
+    """Self-distil one ViT for ``steps`` steps at rate ``lr`` (its own warm-up and cosine
+    decay); returns (the teacher-student pair, the loop's log, the validation foreground mIoU
+    at :data:`SETTLE_AT` of the schedule). Reads no test image."""
     st = settings
-    lap = laplacian_count(setting, st.heads)
     profile.seed_everything(seed)
     device = d.x_train.device
     pair = SelfDistillation(_vit(st, setting), st.out_dim, momentum=st.momentum,
                             patch_weight=st.patch_weight).to(device)
     params = [*pair.student.parameters(), *pair.student_head.parameters()]
-    opt = torch.optim.AdamW(params, lr=st.lr, weight_decay=st.weight_decay)
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=st.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(steps, st.warmup))
     gen = torch.Generator().manual_seed(10_000 + seed)
     settle = st.settle_round(steps)
@@ -519,51 +657,146 @@ def pretrain(settings: DenseSettings, setting: str, seed: int, steps: int, d: _D
         out = {}
         if r + 1 == settle:
             pair.eval()
-            dense = [patch_features(pair.teacher, x) for x in (d.x_train, d.x_val, d.x_test)]
-            score = probe_features(dense, None, d, st, seed=seed)
-            out = {"settle_val_fg_miou": score.val_fg_miou}
+            dense = [patch_features(pair.teacher, x) for x in (d.x_train, d.x_val)]
+            fg, _ = validation_scores(dense, None, d, st, seed=seed)
+            out = {"settle_val_fg_miou": fg}
             pair.train()
         if end_of_round is not None:
             end_of_round(r)
         return out
 
     log = fit(pair, opt, rounds=steps // st.steps_per_round, batches=batches,
-              loss=lambda fwd, b: fwd(*b), device=device, run=run,
-              name=f"{setting}-seed{seed}-{steps}", schedulers=[sched],
-              generators={"views": gen}, after_step=pair.update_teacher,
+              loss=lambda fwd, b: fwd(*b), device=device, run=run, name=name,
+              schedulers=[sched], generators={"views": gen}, after_step=pair.update_teacher,
               end_of_round=after_round, clip_grad_norm=3.0,
               desc=f"DINO+iBOT {setting} seed {seed} {steps} steps", compile=False)
     settle_val = next(float(m["settle_val_fg_miou"]) for m in log.metrics
                       if "settle_val_fg_miou" in m)
+    return pair, log, settle_val
+
+
+def pretrain(settings: DenseSettings, setting: str, seed: int, steps: int, d: _Data, *,
+             lr: float, run: RunDir | None = None, end_of_round=None) -> PretrainRun:
+    """Self-distil one ViT for ``steps`` steps at rate ``lr`` (its own warm-up and cosine
+    decay) and probe its teacher at the end (and the foreground probe's validation mIoU at
+    :data:`SETTLE_AT` of the schedule); resumable through ``run``. ``end_of_round`` (optional,
+    ``round -> None``) is called after the loop's own bookkeeping of each round (tests use it
+    to interrupt a run)."""
+    st = settings
+    pair, log, settle_val = _self_distil(st, setting, seed, steps, d, lr, run=run,
+                                         name=f"{setting}-seed{seed}-{steps}",
+                                         end_of_round=end_of_round)
     curve = tuple(float(np.mean(x)) for x in log.losses)
     score = _probe_model(pair.teacher, d, st, seed=seed)
     with torch.no_grad():
         ent, mean_ent = pair.teacher_entropies(d.x_test[:128])
         rank = float(effective_rank(patch_features(pair.teacher, d.x_test)
                                     .reshape(-1, st.dim).double()))
-    return PretrainRun(setting, lap, seed, steps, curve, score, settle_val, ent, mean_ent, rank)
+    return PretrainRun(setting, laplacian_count(setting, st.heads), seed, steps, curve, score,
+                       settle_val, ent, mean_ent, rank)
+
+
+# ------------------------------------------------------------------------------ tuning
+
+
+def tune(settings: DenseSettings, setting: str, lr: float, seed: int, d: _Data, *,
+         run: RunDir | None = None) -> TuningRun:
+    """One tuning run: ``setting`` pre-trained at ``lr`` for the deciding length on tuning seed
+    ``seed``, scored on its validation images only (``d`` is prepared without test images)."""
+    if d.test is not None:
+        raise ValueError("d: a tuning run reads no test image; prepare it with "
+                         "with_test=False")
+    st = settings
+    pair, _, _ = _self_distil(st, setting, seed, st.tune_steps, d, lr, run=run,
+                              name=f"tune-{setting}-lr{lr:g}-seed{seed}")
+    dense, image = _features(pair.teacher, (d.x_train, d.x_val))
+    fg, acc = validation_scores(dense, image, d, st, seed=seed)
+    return TuningRun(setting, lr, seed, fg, acc)
+
+
+def tuning_means(tuning: Sequence[TuningRun], settings: DenseSettings, setting: str,
+                 field_name: str) -> np.ndarray:
+    """(rates,) mean over the tuning seeds of ``field_name`` of one head setting's tuning runs,
+    in the grid's order; raises when a (rate, seed) run is missing."""
+    out = []
+    for lr in settings.tune_lrs:
+        values = [getattr(t, field_name) for t in tuning
+                  if t.setting == setting and t.lr == lr]
+        if len(values) != len(settings.tune_seeds):
+            raise ValueError(f"tuning: expected {len(settings.tune_seeds)} runs of "
+                             f"({setting!r}, lr {lr:g}), got {len(values)}")
+        out.append(float(np.mean(values)))
+    return np.array(out)
+
+
+def tuned_lrs(tuning: Sequence[TuningRun], settings: DenseSettings) -> dict[str, float]:
+    """Each head setting's rate on the grid ``settings.tune_lrs``: the smallest mean of its two
+    ranks (rank 1 the best; ties share the mean rank) on the tuning seeds' mean validation
+    image probe accuracy and mean validation foreground mIoU, one score per binding test; ties
+    go to the larger sum of the two means, then to the smaller rate."""
+    out = {}
+    for s in settings.head_settings:
+        acc = tuning_means(tuning, settings, s, "val_image_acc")
+        fg = tuning_means(tuning, settings, s, "val_fg_miou")
+        rank = (rankdata(-acc) + rankdata(-fg)) / 2
+        best = min(range(len(settings.tune_lrs)),
+                   key=lambda i: (rank[i], -(acc[i] + fg[i]), settings.tune_lrs[i]))
+        out[s] = float(settings.tune_lrs[best])
+    return out
+
+
+# ------------------------------------------------------------------------------ the sweep
+
+
+def _tuning_unit(settings: DenseSettings, setting: str, lr: float, seed: int,
+                 run_dir: RunDir | None) -> TuningRun:
+    with num_threads(settings.threads):
+        d = prepare(settings, seed, profile.current().device, with_test=False)
+        return tune(settings, setting, lr, seed, d, run=run_dir)
+
+
+def _deciding_unit(kind: str, settings: DenseSettings, seed: int, setting: str, steps: int,
+                   lr: float, run_dir: RunDir | None) -> PretrainRun | SeedFloors:
+    """``kind`` "pretrain": one deciding run; "floors": the seed's floors (and its ceiling on
+    a trend seed)."""
+    with num_threads(settings.threads):
+        d = prepare(settings, seed, profile.current().device)
+        if kind == "floors":
+            return floors(settings, seed, d, run=run_dir, with_ceiling=seed in settings.trend)
+        return pretrain(settings, setting, seed, steps, d, lr=lr, run=run_dir)
 
 
 def run(settings: DenseSettings | None = None, *, run_dir: RunDir | None = None) -> DenseSweep:
-    """Every (seed, head setting, length) run, and each seed's floors and ceilings."""
-    settings = settings or DenseSettings.from_profile()
-    run_dir = run_dir if run_dir is not None else RunDir("dense_features", settings)
-    runs, seed_floors, digests = [], [], {}
-    source = "cifar10"
-    device = profile.current().device
-    with num_threads(settings.threads):
-        for seed in settings.seeds:
-            d = prepare(settings, seed, device)
-            source = d.train.source
-            digests[f"seed {seed}"] = d.train.digest()[:16] + d.test.digest()[:16]
-            seed_floors.append(run_dir.unit(
-                f"floors-seed{seed}", lambda seed=seed, d=d: floors(settings, seed, d,
-                                                                    run=run_dir)))
-            for steps in settings.steps:
-                for s in settings.head_settings:
-                    runs.append(run_dir.unit(
-                        f"{s}-seed{seed}-{steps}",
-                        lambda s=s, seed=seed, steps=steps, d=d: pretrain(
-                            settings, s, seed, steps, d, run=run_dir)))
-    return DenseSweep(settings, runs, seed_floors, source, digests,
-                      float(np.log(settings.out_dim)))
+    """The tuning runs; then each seed's floors (and the trend seeds' ceilings) and every
+    deciding (seed, head setting, length) run at its setting's tuned rate. The units spread
+    over ``settings.workers`` processes."""
+    st = settings or DenseSettings.from_profile()
+    run_dir = run_dir if run_dir is not None else RunDir("dense_features", st)
+    tuning = map_units(run_dir, _tuning_unit,
+                       [(f"tune-{s}-lr{lr:g}-seed{seed}", (st, s, lr, seed, run_dir))
+                        for seed in st.tune_seeds for s in st.head_settings
+                        for lr in st.tune_lrs],
+                       workers=st.workers, desc="L10 tuning")
+    lrs = tuned_lrs(tuning, st)
+    jobs, costs = [], []
+    for seed in st.seeds:
+        ceiling_cost = 0.4 * st.ceiling_steps * len(st.head_settings)
+        jobs.append((f"floors-seed{seed}", ("floors", st, seed, "", 0, 0.0, run_dir)))
+        costs.append(ceiling_cost if seed in st.trend else 1.0)
+        for steps in st.steps:
+            if seed in st.seeds_at(steps):
+                for s in st.head_settings:
+                    jobs.append((f"{s}-seed{seed}-{steps}",
+                                 ("pretrain", st, seed, s, steps, lrs[s], run_dir)))
+                    costs.append(float(steps))
+    out = map_units(run_dir, _deciding_unit, jobs, workers=st.workers, desc="L10 runs",
+                    costs=costs)
+    seed_floors = [u for u in out if isinstance(u, SeedFloors)]
+    runs = [u for u in out if isinstance(u, PretrainRun)]
+    digests = {}
+    for seed in st.seeds:
+        train = make_dense_proxy(st.n_train + st.n_val, seed=2 * seed, split="train",
+                                 patch=st.patch, zoom=st.zoom)
+        digests[f"seed {seed}"] = train.digest()[:16] + test_images(st, seed).digest()[:16]
+    return DenseSweep(st, runs, seed_floors, train.source, digests, float(np.log(st.out_dim)),
+                      tuning, lrs)

@@ -81,18 +81,31 @@ def vit_study(s: Any) -> int:
     return sweep + terminal + wide
 
 
+def _dense_runs(s: Any) -> tuple[int, list[int]]:
+    """(tuning runs, the length of every deciding run) of :func:`dense_features`."""
+    heads = len(s.head_settings)
+    tuning = len(s.tune_seeds) * heads * len(s.tune_lrs)
+    trend = min(s.trend_seeds, len(s.seeds))
+    deciding = [n for n in s.steps[:-1] for _ in range(trend * heads)]
+    return tuning, deciding + [s.steps[-1]] * (len(s.seeds) * heads)
+
+
 def dense_features(s: Any) -> int:
-    """Per seed: the floors (3 probes on the raw patches; per head setting 3 probes on the
-    untrained ViT and the supervised ceiling's ``ceiling_steps``) and, per (length in
-    ``steps``, head setting), the pre-training run's steps, 2 probes at the settling round and
-    3 on the trained teacher; every probe takes ``probe_steps``. Runs are whole rounds of
-    ``steps_per_round`` (which divides every length). The ceiling's early stopping only picks
-    the best round: every round is trained."""
+    """The tuning runs (per tuning seed, head setting and rate: a run of the deciding length,
+    1 probe at the settling round and 2 on the validation images at its end); per seed the
+    floors (3 probes on the raw patches, 3 per head setting on the untrained ViT, and on the
+    trend seeds the supervised ceiling's ``ceiling_steps`` per head setting); per deciding run
+    (every seed at the longest length, the trend seeds at the shorter ones, each head setting)
+    its steps, 1 probe at the settling round and 3 on the trained teacher. Every probe takes
+    ``probe_steps``; runs are whole rounds of ``steps_per_round``. The ceiling's early stopping
+    only picks the best round: every round is trained."""
     whole = lambda n: (n // s.steps_per_round) * s.steps_per_round    # noqa: E731
     heads, probe = len(s.head_settings), s.probe_steps
-    floors = 3 * probe + heads * (3 * probe + whole(s.ceiling_steps))
-    pretrain = sum(heads * (whole(n) + 5 * probe) for n in s.steps)
-    return len(s.seeds) * (floors + pretrain)
+    tuning, lengths = _dense_runs(s)
+    trend = min(s.trend_seeds, len(s.seeds))
+    floors = len(s.seeds) * (3 + 3 * heads) * probe + trend * heads * whole(s.ceiling_steps)
+    return (tuning * (whole(s.steps[-1]) + 3 * probe) + floors
+            + sum(whole(n) + 4 * probe for n in lengths))
 
 
 def soft_vq(s: Any) -> int:
@@ -181,18 +194,21 @@ def vit_study_examples(s: Any) -> dict[str, int]:
 
 
 def dense_features_examples(s: Any) -> dict[str, int]:
-    """Per seed, :func:`dense_features`'s loops by model: a ``Linear`` probe step sees
-    ``n_train`` x ``tokens`` patch labels (11-class and foreground probes) or ``n_train`` image
-    labels (image probe; none at the settling round); a ceiling step ``batch_size`` x
-    ``tokens`` patch labels; a pre-training step ``batch_size`` images (float views)."""
+    """:func:`dense_features`'s loops by model: a ``Linear`` probe step sees ``n_train`` x
+    ``tokens`` patch labels (11-class and foreground probes) or ``n_train`` image labels (image
+    probe); a ceiling step ``batch_size`` x ``tokens`` patch labels; a pre-training step
+    ``batch_size`` images (float views)."""
     whole = lambda n: (n // s.steps_per_round) * s.steps_per_round    # noqa: E731
-    dense, image = 2 * s.probe_steps * s.n_train * s.tokens, s.probe_steps * s.n_train
-    heads, seeds = len(s.head_settings), len(s.seeds)
-    probes = (1 + heads) * (dense + image) + heads * len(s.steps) * (2 * dense + image)
-    return _used({"Linear": seeds * probes,
-                  "SegmentationViT": seeds * heads * whole(s.ceiling_steps) * s.batch_size
+    dense, image = s.probe_steps * s.n_train * s.tokens, s.probe_steps * s.n_train
+    heads = len(s.head_settings)
+    tuning, lengths = _dense_runs(s)
+    trend = min(s.trend_seeds, len(s.seeds))
+    probes = (tuning * (2 * dense + image) + len(s.seeds) * (1 + heads) * (2 * dense + image)
+              + len(lengths) * (3 * dense + image))
+    return _used({"Linear": probes,
+                  "SegmentationViT": trend * heads * whole(s.ceiling_steps) * s.batch_size
                   * s.tokens,
-                  "SelfDistillation": seeds * heads * sum(whole(n) for n in s.steps)
+                  "SelfDistillation": (tuning * whole(s.steps[-1]) + sum(map(whole, lengths)))
                   * s.batch_size})
 
 

@@ -10,7 +10,8 @@ taken at the longest pre-training that ran. Its tests, in order, each one paired
 3. (beside, not combined) the test mIoU of the 11-class 1x1 probe.
 
 Each seed draws its own test images, so the spread over seeds holds the sampling of the test
-items, and the paired t interval covers it.
+items, and the paired t interval covers it. Each arm pre-trains at its own tuned rate; the
+evidence prints the tuning grid, each rate's two validation scores and the rates chosen.
 
 Gates (a failed one makes the word ``inconclusive``): no deciding run collapsed
 (:func:`collapsed`); the validation foreground mIoU of every deciding run moved by at most
@@ -19,7 +20,9 @@ setting the trained teacher beats the same untrained ViT on the foreground probe
 interval over the seeds above 0: the statistic can move at this scale).
 
 Reads a :class:`ddcl_theory.experiments.dense_features.DenseSweep` (duck-typed): ``settings``
-(``seeds``, ``steps``, ``n_train``, ``dim``, ``depth``, ``heads``, ``head_settings``), ``runs``
+(``seeds``, ``steps``, ``trend``, ``n_train``, ``n_test``, ``dim``, ``depth``, ``heads``,
+``head_settings``, ``tune_lrs``, ``tune_seeds``), ``lrs``, ``tuning_table(setting, field)``,
+``runs``
 (``setting``, ``seed``, ``steps``, ``score``, ``settle_val_fg_miou``, ``teacher_entropy``,
 ``teacher_mean_entropy``, ``effective_rank``), ``values(setting, field, steps)``,
 ``floor_values(which, setting, field)``, ``log_k`` and ``source``.
@@ -49,6 +52,11 @@ TOLERANCE = Tolerance(abs=0.05, rel=0.5, count_abs=1,
                              "other kernels moves a seed's foreground mIoU by a few points; "
                              "counts of runs meeting a gate may move by one")
 _BASE, _ALL = "0", "all"
+_NAMES = {_BASE: "none", _ALL: "all heads Laplacian"}
+
+
+def _seeds(n: int) -> str:
+    return f"{n} seed" + ("" if n == 1 else "s")
 
 
 def collapsed(run, log_k: float) -> bool:
@@ -70,15 +78,43 @@ def per_seed(sweep, steps: int | None = None) -> list[np.ndarray]:
     return [differences(sweep, f, steps) for f in FIELDS]
 
 
-def scale_trend(sweep) -> dict[str, list[float]]:
-    """Test 2's statistic ``[estimate, low, high]`` (95% t interval over the seeds) at each
-    pre-training length; a point where one seed ran."""
+def scale_trend(sweep, field: str = "fg_miou") -> dict[str, list[float]]:
+    """A test's statistic ``[estimate, low, high]`` (95% t interval over the seeds) at each
+    pre-training length, every length on the same trend seeds (the first
+    ``settings.trend``); a point where one seed ran. Default: test 2's field."""
+    n = len(sweep.settings.trend)
     out = {}
     for steps in sweep.settings.steps:
-        d = differences(sweep, "fg_miou", steps)
+        d = differences(sweep, field, steps)[:n]
         iv = stats.one_sample_t(d) if d.size > 1 else stats.Interval(*[d[0]] * 3, 1, "paired t")
         out[f"{steps} steps"] = [round(iv.estimate, 4), round(iv.low, 4), round(iv.high, 4)]
     return out
+
+
+def tuning_text(sweep) -> str:
+    """The tuning grid, each arm's mean validation scores per rate, the chosen rates, and
+    whether a chosen rate sits at an end of the grid or the two scores prefer different
+    rates."""
+    st = sweep.settings
+    grid = st.tune_lrs
+    parts = []
+    for s in (_BASE, _ALL):
+        acc = sweep.tuning_table(s, "val_image_acc")
+        fg = sweep.tuning_table(s, "val_fg_miou")
+        cells = ", ".join(f"{lr:g}: {a:.3f}/{f:.3f}" for lr, a, f in zip(grid, acc, fg))
+        chosen = sweep.lrs[s]
+        notes = []
+        if chosen in (grid[0], grid[-1]) and len(grid) > 1:
+            notes.append("at an end of the grid")
+        best_acc, best_fg = grid[int(np.argmax(acc))], grid[int(np.argmax(fg))]
+        if best_acc != best_fg:
+            notes.append(f"image accuracy alone would pick {best_acc:g}, foreground mIoU "
+                         f"alone {best_fg:g}")
+        parts.append(f"{_NAMES[s]}: {chosen:g}" + (f" ({'; '.join(notes)})" if notes else "")
+                     + f" [validation image accuracy/foreground mIoU by rate: {cells}]")
+    return (f"Rates tuned per arm at {st.steps[-1]} steps on tuning seeds "
+            f"{', '.join(map(str, st.tune_seeds))} (validation images only, best mean rank of "
+            "the two scores): " + "; ".join(parts) + ".")
 
 
 def _deciding(sweep) -> list:
@@ -97,7 +133,8 @@ def gates(sweep) -> list[Gate]:
         gain = sweep.values(s, "fg_miou") - sweep.floor_values("untrained", s, "fg_miou")
         floor[s] = (stats.one_sample_t(gain) if gain.size > 1
                     else stats.Interval(*[gain[0]] * 3, 1, "one-sample t"))
-    above = all(iv.low > 0 and iv.n > 1 for iv in floor.values())
+    below = [s for s, iv in floor.items() if not (iv.low > 0 and iv.n > 1)]
+    above = not below
     return [
         Gate("no collapse", not fell,
              f"{len(runs) - len(fell)} of {len(runs)} deciding runs kept a teacher output "
@@ -112,8 +149,10 @@ def gates(sweep) -> list[Gate]:
              "foreground mIoU, trained teacher - the same untrained ViT: "
              + "; ".join(f"{'all heads Laplacian' if s == _ALL else 'none'} "
                          f"{interval_text(iv)}" for s, iv in floor.items())
-             + ("" if above else "; the features must beat their initialisation before a "
-                "difference between the arms can show (longer pre-training)")),
+             + ("" if above else "; the features of "
+               + " and ".join(_NAMES[s] for s in below)
+               + " must beat their initialisation before a difference between the arms can "
+               "show (that arm's recipe: its rate grid, its length)")),
     ]
 
 
@@ -140,10 +179,13 @@ def decide_l10(sweep) -> Verdict:
     arms = {s: {f: sweep.values(s, f) for f in FIELDS} for s in (_BASE, _ALL)}
     background = sweep.floor_values("background")
     ceiling = {s: sweep.floor_values("ceiling", s) for s in (_BASE, _ALL)}
+    n_trend = len(st.trend)
+    acc_trend = scale_trend(sweep, "image_acc")
     evidence = (
         f"Dense proxy ({sweep.source} backgrounds), {bound.n_seeds} paired seeds, "
-        f"{st.n_train} training images, ViT d={st.dim}, {st.depth} layers, {st.heads} "
-        f"heads, {st.steps[-1]} steps of DINO + iBOT. Image probe accuracy: all heads "
+        f"{st.n_train} training images, {st.n_test} test images a seed, ViT d={st.dim}, "
+        f"{st.depth} layers, {st.heads} heads, {st.steps[-1]} steps of DINO + iBOT. "
+        + tuning_text(sweep) + " Image probe accuracy: all heads "
         f"Laplacian {mean_sd(arms[_ALL]['image_acc'])}, none "
         f"{mean_sd(arms[_BASE]['image_acc'])}, difference {interval_text(acc)}. "
         f"Foreground mIoU: {mean_sd(arms[_ALL]['fg_miou'])} vs "
@@ -151,17 +193,19 @@ def decide_l10(sweep) -> Verdict:
         f"11-class mIoU (beside): {mean_sd(arms[_ALL]['miou'])} vs "
         f"{mean_sd(arms[_BASE]['miou'])}, difference {interval_text(miou)}; all background "
         f"{background.mean():.3f}, supervised ceiling {ceiling[_ALL].mean():.3f} (all) and "
-        f"{ceiling[_BASE].mean():.3f} (none). "
+        f"{ceiling[_BASE].mean():.3f} (none) over {_seeds(len(ceiling[_ALL]))}. "
         + " ".join(g.detail[0].upper() + g.detail[1:] + "." for g in checked)
-        + " Test 2 over pre-training length: "
-        + "; ".join(f"{k} {interval_text(v)}" for k, v in trend.items()) + "."
+        + f" Over pre-training length, on the same {_seeds(n_trend)}: test 2 "
+        + "; ".join(f"{k} {interval_text(v)}" for k, v in trend.items())
+        + "; test 1 " + "; ".join(f"{k} {interval_text(v)}" for k, v in acc_trend.items())
+        + "."
         + why
         + f" Paper: {PAPER}; a scale of effect here, not a target.")
     our = (f"foreground mIoU diff {interval_text(fg, '+.3f')}, image probe diff "
            f"{interval_text(acc, '+.3f')}")
     return Verdict("L10", word, evidence, our_value=our,
                    paper_value="ADE20K 32.27 vs 29.81 mIoU",
-                   numbers={"binding": b,
+                   numbers={"binding": b, "lrs": dict(sweep.lrs),
                             "means": {s: {f: float(v.mean()) for f, v in a.items()}
                                       for s, a in arms.items()},
                             "background": float(background.mean()),
