@@ -64,7 +64,7 @@ def sweep(acc_gain=0.03, fg_gain=0.03, n=N, untrained=0.40, settle_move=0.0, ent
                 score = NS(image_acc=base_acc + on * share * (acc_gain + WIGGLE[seed]),
                            fg_miou=fg, val_fg_miou=fg, miou=0.056 + on * 0.001 * WIGGLE[seed])
                 runs.append(NS(setting=setting, seed=seed, steps=steps, score=score,
-                               settle_val_fg_miou=fg - settle_move, teacher_entropy=ent,
+                               settle_val_fg_miou=fg - on * settle_move, teacher_entropy=ent,
                                teacher_mean_entropy=3.5, effective_rank=rank))
         floors.append({"background": 0.055,
                        "untrained": {s: {"fg_miou": untrained + 0.005 * (seed % 2)}
@@ -123,7 +123,7 @@ def test_an_interval_holding_zero_and_the_sesoi_is_inconclusive():
     s = sweep(fg_gain=0.005)
     for r in s.runs:                                  # widen the spread of the differences
         if r.setting == "all":
-            r.score.fg_miou += 6 * WIGGLE[r.seed]
+            r.score.fg_miou += 8 * WIGGLE[r.seed]
     v = dec.decide_l10(s)
     low, high = v.tests[1].interval
     assert low < 0 < L10_MIOU_SESOI < high
@@ -142,6 +142,12 @@ def test_each_failed_gate_makes_it_inconclusive():
     unsettled = dec.decide_l10(sweep(settle_move=2 * L10_SETTLED))
     assert unsettled.word == "inconclusive" and not gate(unsettled, "settled").passed
     assert "longer schedule" in gate(unsettled, "settled").detail
+    # both arms moving together leave the comparison settled, however far each run moved
+    together = sweep()
+    for r in together.runs:
+        r.settle_val_fg_miou -= 0.1
+    assert gate(dec.decide_l10(together), "settled").passed
+    assert list(dec.settling_moves(together)) == pytest.approx([0.0] * N)
     floor = dec.decide_l10(sweep(untrained=0.49))            # trained = untrained in one arm
     assert floor.word == "inconclusive"
     assert not gate(floor, "above the untrained floor").passed

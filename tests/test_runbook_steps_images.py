@@ -33,7 +33,7 @@ SMOKE_MEASURED = {
     "learned_attention.run[causal=True]": 12,
     "learned_attention.run[causal=False]": 12,
     "laplacian_study.run_vit": 7,
-    "dense_features.run": 127,
+    "dense_features.run": 163,
     "soft_vq.run": 16,
     "laplacian_readout.run": 4,
 }
@@ -163,7 +163,7 @@ SMOKE_EXAMPLES = {
     "learned_attention.run[causal=True]": {"_OneLayer": 12 * 16 * 128},
     "learned_attention.run[causal=False]": {"_OneLayer": 12 * 16 * 128},
     "laplacian_study.run_vit": {"StackedModels": 112},
-    "dense_features.run": {"Linear": 144160, "SegmentationViT": 8192, "SelfDistillation": 128},
+    "dense_features.run": {"Linear": 164960, "SegmentationViT": 8192, "SelfDistillation": 256},
     "soft_vq.run": {"VQVAE": 2000},
     "laplacian_readout.run": {"ViTDDCL": 128},
 }

@@ -31,6 +31,7 @@ comparison is of each arm at its best rate, not of one rate that suits one arm.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Sequence
@@ -68,7 +69,7 @@ IMAGE_CLASSES = 10
 SETTLE_AT = 0.75
 #: Seeds of the reference profile: the registered rule's ``n_seeds`` of claim L10 (a test
 #: checks that they agree; experiments do not import the ledger).
-REFERENCE_SEEDS = 24
+REFERENCE_SEEDS = 26
 #: The confirmatory run of the rule in force: seeds no earlier run of this chapter used (the
 #: first ran 1000-1006 at one shared rate; a second, stopped unread, drew 2000-2029).
 CONFIRMATORY_RUN = 3
@@ -110,6 +111,8 @@ class DenseSettings(Settings):
                                           gt=0, nonempty=True)
     #: exploratory seeds of the tuning runs (never deciding seeds)
     tune_seeds: tuple[int, ...] = setting((900,), reference=(900, 901), ge=0, nonempty=True)
+    #: validation images of a tuning run (its scores tell the rates apart)
+    tune_n_val: int = setting(64, reference=2048, paper=4096, smoke=16, ge=8)
     #: the first ``trend_seeds`` seeds also run the shorter lengths and the ceiling
     trend_seeds: int = setting(1, reference=8, paper=4, ge=1)
     weight_decay: float = setting(0.04, ge=0)
@@ -226,7 +229,7 @@ class PretrainRun:
     settle_val_fg_miou: float         # validation foreground mIoU at SETTLE_AT of the schedule
     teacher_entropy: float            # mean per-image entropy of the teacher's [CLS] output
     teacher_mean_entropy: float       # entropy of the batch-mean [CLS] output (nats)
-    effective_rank: float             # of the test patch features
+    effective_rank: float             # of the validation patch features
 
 
 @dataclass(frozen=True)
@@ -688,9 +691,9 @@ def pretrain(settings: DenseSettings, setting: str, seed: int, steps: int, d: _D
                                          end_of_round=end_of_round)
     curve = tuple(float(np.mean(x)) for x in log.losses)
     score = _probe_model(pair.teacher, d, st, seed=seed)
-    with torch.no_grad():
-        ent, mean_ent = pair.teacher_entropies(d.x_test[:128])
-        rank = float(effective_rank(patch_features(pair.teacher, d.x_test)
+    with torch.no_grad():                       # the collapse checks read validation images
+        ent, mean_ent = pair.teacher_entropies(d.x_val[:128])
+        rank = float(effective_rank(patch_features(pair.teacher, d.x_val)
                                     .reshape(-1, st.dim).double()))
     return PretrainRun(setting, laplacian_count(setting, st.heads), seed, steps, curve, score,
                        settle_val, ent, mean_ent, rank)
@@ -702,7 +705,8 @@ def pretrain(settings: DenseSettings, setting: str, seed: int, steps: int, d: _D
 def tune(settings: DenseSettings, setting: str, lr: float, seed: int, d: _Data, *,
          run: RunDir | None = None) -> TuningRun:
     """One tuning run: ``setting`` pre-trained at ``lr`` for the deciding length on tuning seed
-    ``seed``, scored on its validation images only (``d`` is prepared without test images)."""
+    ``seed``, scored on its validation images only (``d`` is prepared without test images, with
+    ``settings.tune_n_val`` validation images in :func:`run`)."""
     if d.test is not None:
         raise ValueError("d: a tuning run reads no test image; prepare it with "
                          "with_test=False")
@@ -751,7 +755,8 @@ def tuned_lrs(tuning: Sequence[TuningRun], settings: DenseSettings) -> dict[str,
 def _tuning_unit(settings: DenseSettings, setting: str, lr: float, seed: int,
                  run_dir: RunDir | None) -> TuningRun:
     with num_threads(settings.threads):
-        d = prepare(settings, seed, profile.current().device, with_test=False)
+        wide = dataclasses.replace(settings, n_val=settings.tune_n_val)
+        d = prepare(wide, seed, profile.current().device, with_test=False)
         return tune(settings, setting, lr, seed, d, run=run_dir)
 
 
