@@ -139,7 +139,8 @@ def test_too_few_seeds_decide_nothing_beyond_inconclusive():
 def test_each_failed_gate_makes_it_inconclusive():
     collapsed = dec.decide_l10(sweep(ent=math.log(128)))
     assert collapsed.word == "inconclusive" and not gate(collapsed, "no collapse").passed
-    unsettled = dec.decide_l10(sweep(settle_move=2 * L10_SETTLED))
+    # a gap that moved by 2x the allowance and, moved once more, would cross the SESOI
+    unsettled = dec.decide_l10(sweep(fg_gain=0.02, settle_move=-0.01))
     assert unsettled.word == "inconclusive" and not gate(unsettled, "settled").passed
     assert "longer schedule" in gate(unsettled, "settled").detail
     # both arms moving together leave the comparison settled, however far each run moved
@@ -148,6 +149,10 @@ def test_each_failed_gate_makes_it_inconclusive():
         r.settle_val_fg_miou -= 0.1
     assert gate(dec.decide_l10(together), "settled").passed
     assert list(dec.settling_moves(together)) == pytest.approx([0.0] * N)
+    # a gap still growing away from both boundaries cannot change the word: settled
+    growing = dec.decide_l10(sweep(fg_gain=0.06, settle_move=2 * L10_SETTLED))
+    assert gate(growing, "settled").passed and growing.tests[1].word == "reproduced"
+    assert "'reproduced': it gives 'reproduced'" in gate(growing, "settled").detail
     floor = dec.decide_l10(sweep(untrained=0.49))            # trained = untrained in one arm
     assert floor.word == "inconclusive"
     assert not gate(floor, "above the untrained floor").passed
