@@ -9,6 +9,8 @@ import math
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from _killers import Killed, KilledAfter
 from ddcl_theory.data import dense_proxy
@@ -338,3 +340,21 @@ def test_each_arm_pre_trains_at_its_tuned_rate(monkeypatch):
     assert seen == {"0": 1e-3, "all": 3e-3} == sweep.lrs
     assert len(sweep.tuning) == 4 and {t.seed for t in sweep.tuning} == {900}
     assert sweep.tuning_table("all", "val_fg_miou").shape == (2,)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 20), st.integers(0, 20)), min_size=1, max_size=6),
+       st.randoms(use_true_random=False))
+def test_the_tuned_rate_is_never_beaten_on_both_scores_and_ignores_the_runs_order(scores,
+                                                                                  rnd):
+    grid = tuple(1e-4 * 2 ** i for i in range(len(scores)))
+    s = tiny(tune_lrs=grid, tune_seeds=(900,))
+    runs = [exp.TuningRun(arm, lr, 900, fg / 20, acc / 20)
+            for arm in ("0", "all") for lr, (acc, fg) in zip(grid, scores)]
+    chosen = exp.tuned_lrs(runs, s)
+    rnd.shuffle(runs)
+    assert exp.tuned_lrs(runs, s) == chosen
+    i = grid.index(chosen["0"])
+    acc, fg = scores[i]
+    # no rate of the grid is at least as good on both scores and better on one
+    assert not any(a >= acc and f >= fg and (a, f) != (acc, fg) for a, f in scores)
