@@ -196,3 +196,56 @@ def test_the_evidence_prints_the_tuning_and_flags_an_edge_and_a_disagreement():
     assert "all heads Laplacian: 0.004 (at an end of the grid)" in v.evidence
     assert "0.001: 0.200/0.510" in v.evidence and v.numbers["lrs"] == {"0": 0.002,
                                                                       "all": 0.004}
+
+
+def test_a_split_result_names_each_binding_tests_word_and_interval():
+    v = dec.decide_l10(sweep(acc_gain=-0.03))
+    assert v.evidence.startswith("A split result: test 1 (image probe) not reproduced, ")
+    assert "test 2 (foreground mIoU) reproduced, +0.030 [" in v.evidence
+    both = dec.decide_l10(sweep())
+    assert both.evidence.startswith("Both binding tests reproduced: test 1 (image probe)")
+
+
+def test_the_11_class_gain_is_named_real_but_negligible_only_when_it_is():
+    real = dec.decide_l10(sweep())                       # +0.001 * wiggle: a tiny gain > 0?
+    t = real.tests[2]
+    named = "real (its interval excludes 0) but negligible" in real.evidence
+    assert named == (t.interval[0] > 0 and t.word == "not reproduced")
+    s = sweep()
+    for r in s.runs:                                      # a clear 11-class gain
+        if r.setting == "all":
+            r.score.miou += 0.002 + WIGGLE[r.seed] / 4
+    v = dec.decide_l10(s)
+    assert v.tests[2].interval[0] > 0 and v.tests[2].word == "not reproduced"
+    assert "real (its interval excludes 0) but negligible (short of its SESOI" in v.evidence
+
+
+def test_the_trend_direction_is_read_from_its_estimates_and_intervals():
+    assert dec.trend_direction({"a": [0.01, 0.0, 0.02], "b": [0.03, 0.02, 0.04]}) == "grows"
+    assert dec.trend_direction({"a": [0.010, 0.002, 0.019], "b": [0.007, 0.0, 0.015],
+                                "c": [0.001, -0.005, 0.008]}) == "shrinks"
+    # monotone, but the last estimate inside the first interval: no direction claimed
+    assert dec.trend_direction({"a": [0.01, 0.0, 0.02],
+                                "b": [0.015, 0.0, 0.03]}) == "shows no clear direction"
+    assert dec.trend_direction({"a": [0.01, 0.0, 0.02], "b": [0.0, -0.01, 0.01],
+                                "c": [0.03, 0.02, 0.04]}) == "shows no clear direction"
+    one = {"a": [0.01, 0.01, 0.01], "b": [0.03, 0.03, 0.03]}
+    assert dec.trend_direction(one) == "reads no direction from one seed"
+    v = dec.decide_l10(sweep())            # half the gain at the shorter run, 8 trend seeds
+    assert "(the gap grows); test 1" in v.evidence
+
+
+def test_a_chosen_rate_below_an_arms_image_best_is_reported_with_both_scores():
+    v = dec.decide_l10(sweep())
+    # all heads Laplacian takes 4e-3 (its image best too); none takes 2e-3 (its image best)
+    assert "Validation image accuracy:" not in v.evidence
+    tuning = {"0": ((0.20, 0.23, 0.19), (0.51, 0.50, 0.47)),
+              "all": ((0.222, 0.21, 0.195), (0.57, 0.62, 0.64))}
+    v = dec.decide_l10(sweep(tuning=tuning))
+    assert ("all heads Laplacian scores 0.195 at its chosen rate against 0.222 at 0.001"
+            in v.evidence)
+    assert "Each arm's best over the grid: all heads Laplacian 0.222, none 0.230" in v.evidence
+    assert "would not have lifted the Laplacian arm by the SESOI" in v.evidence
+    tuning["all"] = ((0.26, 0.21, 0.195), (0.57, 0.62, 0.64))
+    v = dec.decide_l10(sweep(tuning=tuning))
+    assert "could have changed test 1" in v.evidence

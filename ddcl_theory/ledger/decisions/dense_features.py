@@ -42,7 +42,8 @@ from ddcl_theory.ledger.tolerance import Tolerance
 from ddcl_theory.ledger.verdict import Verdict
 
 __all__ = ["PAPER", "TOLERANCE", "FIELDS", "collapsed", "differences", "per_seed",
-           "scale_trend", "gates", "decide_l10"]
+           "scale_trend", "split_text", "trend_direction", "tuning_text", "gates",
+           "decide_l10"]
 
 PAPER = "ADE20K linear segmentation, ViT-S/16 DINO: 32.27 (Laplacian) vs 29.81 mIoU"
 #: The probe field of each test, in the rule's order (image accuracy, foreground mIoU, mIoU).
@@ -50,9 +51,12 @@ FIELDS = ("image_acc", "fg_miou", "miou")
 #: How far the numbers of the evidence may move between machines.
 TOLERANCE = Tolerance(abs=0.05, rel=0.5, count_abs=1,
                       reason="seed means and paired intervals of probes on the features of "
-                             "short self-distillation runs over 2 seeds: one run drifting on "
+                             "short self-distillation runs over the cpu profile's 2 seeds: one "
+                             "run drifting on "
                              "other kernels moves a seed's foreground mIoU by a few points; "
                              "counts of runs meeting a gate may move by one")
+#: Short names of the tests, in the rule's order.
+_SHORT = ("image probe", "foreground mIoU", "11-class mIoU")
 _BASE, _ALL = "0", "all"
 _NAMES = {_BASE: "none", _ALL: "all heads Laplacian"}
 
@@ -114,9 +118,76 @@ def tuning_text(sweep) -> str:
                          f"alone {best_fg:g}")
         parts.append(f"{_NAMES[s]}: {chosen:g}" + (f" ({'; '.join(notes)})" if notes else "")
                      + f" [validation image accuracy/foreground mIoU by rate: {cells}]")
-    return (f"Rates tuned per arm at {st.steps[-1]} steps on tuning seeds "
+    text = (f"Rates tuned per arm at {st.steps[-1]} steps on tuning seeds "
             f"{', '.join(map(str, st.tune_seeds))} (validation images only, best mean rank of "
             "the two scores): " + "; ".join(parts) + ".")
+    return text + _image_rate_text(sweep)
+
+
+def _image_rate_text(sweep) -> str:
+    """Where an arm's chosen rate is not its best for the image probe: its validation image
+    accuracy there and at that best, and how the two arms' best image accuracies compare with
+    test 1's SESOI (on the tuning seeds' validation images)."""
+    st = sweep.settings
+    if len(st.tune_lrs) < 2:
+        return ""
+    acc = {s: sweep.tuning_table(s, "val_image_acc") for s in (_BASE, _ALL)}
+    off = []
+    for s in (_BASE, _ALL):
+        chosen = acc[s][list(st.tune_lrs).index(sweep.lrs[s])]
+        best = int(np.argmax(acc[s]))
+        if st.tune_lrs[best] != sweep.lrs[s]:
+            off.append(f"{_NAMES[s]} scores {chosen:.3f} at its chosen rate against "
+                       f"{acc[s][best]:.3f} at {st.tune_lrs[best]:g}")
+    if not off:
+        return ""
+    sesoi = rule_of("L10").tests[0].s
+    gap = float(acc[_ALL].max() - acc[_BASE].max())
+    verdict = ("so a rate chosen for the image probe alone would not have lifted the "
+               "Laplacian arm by the SESOI on validation" if gap < sesoi else
+               "so a rate chosen for the image probe alone could have changed test 1")
+    return (f" Validation image accuracy: {'; '.join(off)}. Each arm's best over the grid: "
+            f"all heads Laplacian {acc[_ALL].max():.3f}, none {acc[_BASE].max():.3f} "
+            f"(difference {gap:+.3f}, test 1's SESOI {sesoi:g}): {verdict}.")
+
+
+def split_text(results) -> str:
+    """One sentence on the binding tests (image probe, foreground mIoU): each one's word and
+    interval, and, when their words differ, that the claim's word needs both."""
+    binding = results[:len(_SHORT) - 1]
+    cells = "; ".join(f"test {i} ({name}) {r.word}, {interval_text(r)}"
+                      for i, (name, r) in enumerate(zip(_SHORT, binding), 1))
+    if len({r.word for r in binding}) > 1:
+        return f"A split result: {cells}. The claim's word needs both binding tests."
+    return f"Both binding tests {binding[0].word}: {cells}."
+
+
+def trend_direction(trend: dict[str, list[float]]) -> str:
+    """How a trend ``{scale: [estimate, low, high]}`` moves with the scale: "grows" or
+    "shrinks" when its estimates move one way and the last lies outside the first scale's
+    interval; "shows no clear direction" otherwise; "reads no direction from one seed" when
+    its intervals are points (so a printed direction is never rounding noise)."""
+    points = list(trend.values())
+    if len(points) < 2 or any(low == high for _, low, high in points):
+        return "reads no direction from one seed"
+    est = np.array([p[0] for p in points])
+    _, low, high = points[0]
+    if np.all(np.diff(est) > 0) and est[-1] > high:
+        return "grows"
+    if np.all(np.diff(est) < 0) and est[-1] < low:
+        return "shrinks"
+    return "shows no clear direction"
+
+
+def _beside_text(result) -> str:
+    """A word on the test decided beside: a difference that is real (its interval excludes
+    the margin) but negligible (short of the SESOI) is named so."""
+    low, high = result.interval
+    real = low > result.margin if result.side == ">" else high < result.margin
+    if real and result.word == "not reproduced":
+        return (f", real (its interval excludes {result.margin:g}) but negligible (short of "
+                f"its SESOI {result.sesoi:g})")
+    return f", {result.word} against its SESOI {result.sesoi:g}"
 
 
 def _deciding(sweep) -> list:
@@ -202,6 +273,7 @@ def decide_l10(sweep) -> Verdict:
     n_trend = len(st.trend)
     acc_trend = scale_trend(sweep, "image_acc")
     evidence = (
+        split_text(results) + " "
         f"Dense proxy ({sweep.source} backgrounds), {bound.n_seeds} paired seeds, "
         f"{st.n_train} training images, {st.n_test} test images a seed, ViT d={st.dim}, "
         f"{st.depth} layers, {st.heads} heads, {st.steps[-1]} steps of DINO + iBOT. "
@@ -211,14 +283,16 @@ def decide_l10(sweep) -> Verdict:
         f"Foreground mIoU: {mean_sd(arms[_ALL]['fg_miou'])} vs "
         f"{mean_sd(arms[_BASE]['fg_miou'])}, difference {interval_text(fg)}. "
         f"11-class mIoU (beside): {mean_sd(arms[_ALL]['miou'])} vs "
-        f"{mean_sd(arms[_BASE]['miou'])}, difference {interval_text(miou)}; all background "
+        f"{mean_sd(arms[_BASE]['miou'])}, difference {interval_text(miou)}"
+        + _beside_text(miou) + "; all background "
         f"{background.mean():.3f}, supervised ceiling {ceiling[_ALL].mean():.3f} (all) and "
         f"{ceiling[_BASE].mean():.3f} (none) over {_seeds(len(ceiling[_ALL]))}. "
         + " ".join(g.detail[0].upper() + g.detail[1:] + "." for g in checked)
         + f" Over pre-training length, on the same {_seeds(n_trend)}: test 2 "
         + "; ".join(f"{k} {interval_text(v)}" for k, v in trend.items())
-        + "; test 1 " + "; ".join(f"{k} {interval_text(v)}" for k, v in acc_trend.items())
-        + "."
+        + f" (the gap {trend_direction(trend)}); test 1 "
+        + "; ".join(f"{k} {interval_text(v)}" for k, v in acc_trend.items())
+        + f" (the gap {trend_direction(acc_trend)})."
         + why
         + f" Paper: {PAPER}; a scale of effect here, not a target.")
     our = (f"foreground mIoU diff {interval_text(fg, '+.3f')}, image probe diff "
