@@ -1,0 +1,150 @@
+"""The paper profile's DeiT-style ViT recipe (L6-L8 at paper scale): its schedule and weight
+decay groups, a stacked seed that trains like its sequential twin (crops, flips and mixing
+included), runs read at their validation optimum into the study's records, CIFAR-100's split,
+and the paper shapes."""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from ddcl_theory.data import paper
+from ddcl_theory.experiments import deit_recipe as dr
+from ddcl_theory.experiments import laplacian_vit as lv
+from ddcl_theory.runtime import profile
+
+from _study_images import synthetic_images
+
+
+def tiny(**changes) -> dr.DeiTRecipe:
+    base = dict(image_size=8, patch=4, dim=8, depth=1, heads=2, mlp_ratio=2, batch_size=16,
+                epochs=4, warmup_epochs=1, lr=0.2, crop_pad=1, drop_path=0.0, patience=2)
+    return dataclasses.replace(dr.DeiTRecipe(), **{**base, **changes})
+
+
+def test_the_rate_warms_up_linearly_then_decays_to_its_floor():
+    f = [dr.lr_factor(k, 100, 10, 0.01) for k in range(101)]
+    assert f[0] == pytest.approx(0.1) and f[9] == pytest.approx(1.0)
+    assert f[10] == pytest.approx(1.0) and f[100] == pytest.approx(0.01)
+    assert all(a >= b for a, b in zip(f[10:], f[11:]))
+    assert dr.lr_factor(55, 100, 10, 0.0) == pytest.approx(0.5)
+    assert dr.lr_factor(0, 10, 0, 0.0) == pytest.approx(1.0)
+
+
+def test_weight_decay_falls_on_matrices_only():
+    model = tiny().model(10, 0)
+    groups = dr.param_groups(model, 0.05)
+    names = {id(p): n for n, p in model.named_parameters()}
+    decayed = {names[id(p)] for p in groups[0]["params"]}
+    plain = {names[id(p)] for p in groups[1]["params"]}
+    assert groups[0]["weight_decay"] == 0.05 and groups[1]["weight_decay"] == 0.0
+    assert any(n.endswith("q_proj.weight") for n in decayed)
+    assert any(n.endswith("patch_embeddings.projection.weight") for n in decayed)
+    assert all(n.endswith(("bias", "position_embeddings", "cls_token"))
+               or "layernorm" in n for n in plain)
+    assert len(decayed) + len(plain) == len(names)
+
+
+def test_a_stacked_seed_trains_like_its_sequential_twin():
+    # float64, so that Adam's near-zero updates do not amplify the rounding of batched kernels
+    recipe = tiny()
+    images = synthetic_images()
+    tensors = {k: v.double() if v.is_floating_point() else v
+               for k, v in dr.study_pixels(images, 64).items()}
+
+    def train(seeds):
+        return dr.train_deit_stack(lambda _s: recipe.model(10, 1).double(), seeds, recipe,
+                                   tensors, 10, "cpu", epochs=3, patience=None)
+
+    models, log = train([0, 1])
+    for i, seed in enumerate((0, 1)):
+        alone, log1 = train([seed])
+        assert np.allclose(log.train_loss[:, i], log1.train_loss[:, 0], rtol=1e-9)
+        for p, q in zip(models[i].parameters(), alone[0].parameters()):
+            assert torch.allclose(p, q, rtol=1e-7, atol=1e-9)
+    assert not np.allclose(log.train_loss[:, 0], log.train_loss[:, 1])
+
+
+def test_runs_are_read_at_their_optimum_into_the_studys_records():
+    recipe = tiny(epochs=8, drop_path=0.1)
+    images = synthetic_images()
+    runs = dr.deit_stack_runs(recipe, images, "sweep", 64, 8, "all", (0, 1), "cpu",
+                              n_train_eval=30)
+    assert [r.seed for r in runs] == [0, 1]
+    for r in runs:
+        assert r.laplacian_heads == 2 and r.patience == 2 and r.epochs == 8
+        assert 1 <= r.best_epoch <= r.epochs_run <= 8
+        assert r.best_epoch == int(np.argmin(r.val_loss)) + 1
+        assert len(r.stream) == recipe.depth and 0 <= r.eval_acc <= 1
+        assert r.correct_items.shape == (60,) and math.isfinite(r.nc1)
+        assert 1 <= r.k99 <= 8 and 1 <= r.pr <= 8
+    terminal = dr.deit_stack_runs(recipe, images, "terminal", 30, 8, "0", (0,), "cpu",
+                                  n_train_eval=30, epochs=3)
+    assert terminal[0].patience is None and terminal[0].best_epoch == 3
+    with pytest.raises(ValueError, match="part: expected"):
+        dr.deit_stack_runs(recipe, images, "long", 30, 8, "0", (0,), "cpu", n_train_eval=30)
+
+
+def test_pixels_are_standardised_by_the_training_images_only():
+    images = synthetic_images()
+    t = dr.study_pixels(images, 40)
+    assert t["x_fit"].shape == (40, 3, 8, 8) and t["x_eval"].shape == (60, 3, 8, 8)
+    mean = t["x_fit"].double().mean(dim=(0, 2, 3))
+    assert torch.allclose(mean, torch.zeros(3, dtype=torch.float64), atol=1e-5)
+    assert not torch.allclose(t["x_eval"].double().mean(dim=(0, 2, 3)),
+                              torch.zeros(3, dtype=torch.float64), atol=1e-3)
+    with pytest.raises(ValueError, match="n_train: expected 0 < n_train <= 96"):
+        dr.study_pixels(images, 97)
+
+
+def test_cifar100_splits_into_fit_pool_validation_and_test_pool(monkeypatch):
+    rng = np.random.default_rng(0)
+    fake = paper.LabelledImages(rng.integers(0, 256, (50, 32, 32, 3), dtype=np.uint8),
+                                rng.integers(0, 100, 50), rng.integers(0, 256, (20, 32, 32, 3),
+                                                                      dtype=np.uint8),
+                                rng.integers(0, 100, 20), tuple(map(str, range(100))),
+                                "cifar100")
+    monkeypatch.setattr(paper, "load_cifar100", lambda: fake)
+    images = dr.paper_study_images(10, 15)
+    assert images.num_classes == 100 and images.source == "cifar100"
+    assert len(images.y_fit) == 40 and len(images.y_val) == 10 and len(images.y_eval) == 15
+    assert np.array_equal(images.y_val, fake.y_train[40:])
+    assert np.array_equal(images.x_eval, fake.x_test[:15] / np.float32(255))
+    with pytest.raises(ValueError, match="n_eval: expected 0 < n_eval <= 20"):
+        dr.paper_study_images(10, 21)
+
+
+def test_the_paper_recipe_is_vit_s_on_4x4_patches(monkeypatch):
+    monkeypatch.setenv(profile.PROFILE_ENV, "paper")
+    monkeypatch.setenv("DDCL_ALLOW_CPU", "1")
+    recipe = dr.DeiTRecipe.from_profile()
+    assert (recipe.dim, recipe.depth, recipe.heads, recipe.patch) == (384, 12, 6, 4)
+    assert (recipe.epochs, recipe.batch_size, recipe.lr) == (400, 512, 5e-4)
+    model = recipe.model(100, 6)
+    n = sum(p.numel() for p in model.parameters())
+    assert 21.0e6 < n < 21.9e6                                   # ViT-S with a 100-way head
+    assert model.drop_path[-1] == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="patch: expected a divisor of image_size"):
+        dataclasses.replace(recipe, patch=5).check()
+
+
+@pytest.mark.slow
+def test_one_epoch_at_the_paper_shapes_trains_and_measures(monkeypatch):
+    monkeypatch.setenv(profile.PROFILE_ENV, "paper")
+    monkeypatch.setenv(profile.SMOKE_ENV, "1")
+    monkeypatch.setenv("DDCL_ALLOW_CPU", "1")
+    recipe = dr.DeiTRecipe.from_profile()
+    assert (recipe.dim, recipe.depth, recipe.epochs, recipe.batch_size) == (384, 12, 1, 8)
+    rng = np.random.default_rng(0)
+
+    def draw(n):
+        return rng.random((n, 32, 32, 3)).astype(np.float32), rng.integers(0, 100, n)
+
+    images = lv.StudyImages(*draw(8), *draw(4), *draw(4), "stand-in", 100)
+    runs = dr.deit_stack_runs(recipe, images, "sweep", 8, recipe.dim, "all", (0,), "cpu",
+                              n_train_eval=4)
+    assert runs[0].epochs_run == 1 and runs[0].best_epoch == 1
+    assert len(runs[0].stream) == 12 and math.isfinite(runs[0].val_loss[0])
