@@ -34,6 +34,7 @@ from ddcl_theory.data import (
     digest,
     fetch,
     hub,
+    lm_corpus,
     paper,
     paper_fetch,
     paper_files,
@@ -158,6 +159,20 @@ def _tiny_ade20k() -> bytes:
     return buf.getvalue()
 
 
+def _tiny_fineweb() -> bytes:
+    """A parquet of FineWeb's layout (a text column among others), three documents."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    table = pa.table({"text": FINEWEB_DOCS, "id": ["a", "b", "c"],
+                      "url": ["http://x/1", "http://x/2", "http://x/3"]})
+    buf = io.BytesIO()
+    pq.write_table(table, buf, row_group_size=2)
+    return buf.getvalue()
+
+
+FINEWEB_DOCS = ["The cat sat on the mat.", "A second document,\nwith two lines.", "Third."]
+
+
 @dataclass
 class Tiny:
     archives: dict[str, bytes]  # paper source name -> archive
@@ -184,7 +199,8 @@ def tiny() -> Tiny:
         "gpt2-bpe": {"vocab.json": b'{"!": 0, "the": 1}\n', "merges.txt": b"#version: 0.2\nt h\n"},
     }
     return Tiny({"cifar10": cifar10_archive, "cifar100": _tar_gz(members), "imdb": imdb_archive,
-                 "imagenette": _tiny_imagenette(), "ade20k": _tiny_ade20k()},
+                 "imagenette": _tiny_imagenette(), "ade20k": _tiny_ade20k(),
+                 "fineweb": _tiny_fineweb()},
                 cifar10, cifar100, imdb_rows, hub_files)
 
 
@@ -460,11 +476,54 @@ def test_imagenette_and_ade20k_are_kept_as_published_and_read_in_place(monkeypat
         paper.ade20k_pairs()
 
 
+def _tiny_bpe(folder: Path, docs=None) -> tuple[Path, Path]:
+    """A byte-level BPE trained on the stand-in documents, saved as vocab.json and merges.txt
+    (GPT-2's file format), with GPT-2's end-of-text token."""
+    from tokenizers import ByteLevelBPETokenizer
+    folder.mkdir(parents=True, exist_ok=True)
+    tok = ByteLevelBPETokenizer()
+    tok.train_from_iterator((docs or FINEWEB_DOCS) * 5, vocab_size=300, min_frequency=1,
+                            special_tokens=[lm_corpus.EOT], show_progress=False)
+    tok.save_model(str(folder))
+    return folder / "vocab.json", folder / "merges.txt"
+
+
+def test_the_fineweb_shard_is_kept_as_published_and_tokenised_once(monkeypatch, registry,
+                                                                    server, tiny, tmp_path):
+    _serve(monkeypatch, server)
+    report = paper_fetch.ensure_paper(["fineweb"])
+    assert report.ok and paper.fineweb_parquet().read_bytes() == tiny.archives["fineweb"]
+    assert list(lm_corpus.parquet_texts(paper.fineweb_parquet())) == FINEWEB_DOCS
+    vocab, merges = _tiny_bpe(tmp_path / "bpe")
+    tokens = lm_corpus.corpus_tokens(10_000, vocab=vocab, merges=merges)
+    tok = lm_corpus.bpe_tokenizer(vocab, merges)
+    eot = tok.token_to_id(lm_corpus.EOT)
+    assert tokens.dtype == np.dtype("<u2") and int((tokens == eot).sum()) == len(FINEWEB_DOCS)
+    text = tok.decode([int(t) for t in tokens], skip_special_tokens=False)
+    assert text == "".join(d + lm_corpus.EOT for d in FINEWEB_DOCS)
+    made = next((registry / "lm").glob("*.u16"))
+    stamp = made.stat().st_mtime_ns
+    assert np.array_equal(lm_corpus.corpus_tokens(10_000, vocab=vocab, merges=merges), tokens)
+    assert made.stat().st_mtime_ns == stamp                         # checked and mapped, not remade
+    short = lm_corpus.corpus_tokens(7, vocab=vocab, merges=merges)
+    assert np.array_equal(short, tokens[:7])
+
+    other = _tiny_bpe(tmp_path / "other", ["Another corpus altogether."])
+    with pytest.raises(lm_corpus.CorpusError, match="made from other inputs"):
+        lm_corpus.corpus_tokens(10_000, vocab=other[0], merges=other[1])
+    with open(made, "r+b") as f:
+        f.write(b"\xff\xff")
+    with pytest.raises(lm_corpus.CorpusError, match="fails its record"):
+        lm_corpus.corpus_tokens(10_000, vocab=vocab, merges=merges)
+    with pytest.raises(ValueError, match="max_tokens: expected an int >= 1"):
+        lm_corpus.write_token_file(FINEWEB_DOCS, tok, tmp_path / "x.u16", 0)
+
+
 def test_missing_paper_data_names_the_command_that_fetches_it(registry):
     for load, key in ((paper.load_cifar10_full, "cifar10_full"), (paper.load_cifar100, "cifar100"),
                       (partial(paper.load_imdb_full, "train"), "imdb_full"),
                       (lambda: next(paper.iter_imagenette()), "imagenette"),
-                      (paper.ade20k_pairs, "ade20k"),
+                      (paper.ade20k_pairs, "ade20k"), (paper.fineweb_parquet, "fineweb"),
                       (paper.bert_base_uncased_dir, "bert-base-uncased"),
                       (paper.gpt2_bpe_files, "gpt2-bpe")):
         with pytest.raises(FileNotFoundError, match=f"ensure --paper {key}`"):
@@ -552,6 +611,11 @@ def test_the_catalogue_pins_commits_and_confirmed_checksums_only():
         "md5", "e793b78cc4c9e9a4ccc0c1155377a412")
     assert (src["ade20k"].algo, src["ade20k"].checksum) == (
         "sha1", "219e1696abb36c8ba3a3afe7fb2f4b4606a897c7")
+    assert (src["fineweb"].algo, src["fineweb"].checksum, src["fineweb"].size) == (
+        "sha256", "6b552ea48424648dc86d00df276f93fdfc55e9ad342ce3e4affc23a3a370792b",
+        2_147_292_183)
+    assert f"/resolve/{paper_sources.FINEWEB_REVISION}/" in src["fineweb"].url
+    assert len(paper_sources.FINEWEB_REVISION) == 40
     for name in ("cifar10", "imdb"):  # the staged subsets' archives, same pinned checksum
         assert (src[name].url, src[name].checksum) == (sources.SOURCES[name].url,
                                                        sources.SOURCES[name].checksum)

@@ -152,6 +152,12 @@ def ade20k_pairs(split: str = "training") -> tuple[Path, list[tuple[str, str]]]:
     return path, pairs
 
 
+def fineweb_parquet() -> Path:
+    """The verified parquet of FineWeb's first sample-10BT shard (a ``text`` column, one web
+    document a row); :func:`ddcl_theory.data.lm_corpus.corpus_tokens` tokenises it."""
+    return _path("fineweb", "FineWeb (sample-10BT, first shard)")
+
+
 def hub_model_dir(key: str) -> Path:
     """The checked snapshot folder of Hub model ``key`` (``from_pretrained`` takes it), offline."""
     folder = hub.cached_model(key)
