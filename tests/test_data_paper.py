@@ -507,6 +507,15 @@ def test_the_fineweb_shard_is_kept_as_published_and_tokenised_once(monkeypatch, 
     assert made.stat().st_mtime_ns == stamp                         # checked and mapped, not remade
     short = lm_corpus.corpus_tokens(7, vocab=vocab, merges=merges)
     assert np.array_equal(short, tokens[:7])
+    # the language-model study's parts of it, with the BPE's vocabulary by id
+    from ddcl_theory.experiments import gpt2_recipe
+    monkeypatch.setattr(paper, "gpt2_bpe_files", lambda: (vocab, merges))
+    shapes = replace(gpt2_recipe.GPT2Shapes(), corpus_tokens=10_000, val_fraction=0.2,
+                     heldout_fraction=0.2)
+    parts = gpt2_recipe.fineweb_parts(shapes)
+    joined = np.concatenate([parts.train.numpy(), parts.val.numpy(), parts.heldout.numpy()])
+    assert np.array_equal(joined, tokens) and len(parts.heldout) == int(0.2 * len(tokens))
+    assert len(parts.vocab) == tok.get_vocab_size() and parts.vocab[eot] == lm_corpus.EOT
 
     other = _tiny_bpe(tmp_path / "other", ["Another corpus altogether."])
     with pytest.raises(lm_corpus.CorpusError, match="made from other inputs"):
