@@ -7,14 +7,17 @@
 # 2. the paper profile's smoke run on the GPU (bf16 autocast), every experiment the chapters
 #    call (or those whose names start with NAME): seconds, optimiser steps, seconds per step and
 #    peak device memory of each, printed and written to $OUT/smoke.json;
-# 3. one short chapter (decomposition) under the paper profile, executed end to end.
+# 3. the papers' recipes that no chapter runs yet (DeiT-style ViT-S, GPT-2 small) at their
+#    shapes: seconds per step, examples per second, peak memory, written to $OUT/recipes.json;
+# 4. one short chapter (decomposition) under the paper profile, executed end to end.
 # Outputs go to $OUT (default _build/gpu-check); nothing committed is touched. The whole check
-# stops after $LIMIT seconds (default 540: the smoke run) plus 120 s for the chapter.
+# stops after $LIMIT seconds (default 420: the smoke run) plus 60 s for the recipes and 120 s
+# for the chapter.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 OUT=${OUT:-_build/gpu-check}
-LIMIT=${LIMIT:-540}
+LIMIT=${LIMIT:-420}
 mkdir -p "$OUT"
 
 "$PY" - <<'PYEOF'
@@ -35,8 +38,12 @@ echo "gpu_check: smoke run on cuda (at most ${LIMIT} s)"
 timeout "$LIMIT" "$PY" -m ddcl_theory.experiments.smoke --device cuda \
   --report "$OUT/smoke.json" "$@" 2>&1 | tee "$OUT/smoke.log"
 
+echo "gpu_check: the papers' recipes at their shapes (at most 60 s)"
+timeout 60 "$PY" -m ddcl_theory.experiments.recipe_check --device cuda \
+  --report "$OUT/recipes.json" 2>&1 | tee "$OUT/recipes.log" || true
+
 echo "gpu_check: the decomposition chapter under the paper profile (at most 120 s)"
 timeout 120 env DDCL_PROFILE=paper DDCL_RESULTS_DIR="$OUT/results" \
   "$PY" -m ddcl_theory.ledger.goldens write --force --out "$OUT/notebooks" decomposition \
   2>&1 | tee "$OUT/chapter.log"
-echo "gpu_check: done; figures in $OUT/smoke.json, logs in $OUT"
+echo "gpu_check: done; figures in $OUT/smoke.json and $OUT/recipes.json, logs in $OUT"

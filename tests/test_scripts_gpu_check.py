@@ -41,3 +41,8 @@ def test_the_commands_it_runs_accept_its_arguments(tmp_path):
                             cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert helped.returncode == 0 and "--out" in helped.stdout and "--force" in helped.stdout
     assert chapter[-1] == "decomposition"
+    recipes = next(c.split() for c in calls if "recipe_check" in c)
+    assert recipes[recipes.index("--device") + 1] == "cuda"
+    helped = subprocess.run([sys.executable, *recipes, "--help"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert helped.returncode == 0 and "--small" in helped.stdout, helped.stderr

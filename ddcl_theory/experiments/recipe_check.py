@@ -1,0 +1,148 @@
+"""Seconds per step and peak memory of the papers' recipes at their shapes, on one device.
+
+    python -m ddcl_theory.experiments.recipe_check [--device cuda] [--steps N] [--report FILE]
+                                                   [--small]
+
+Times optimiser steps of the two paper-scale recipes that no chapter runs yet, on random data
+of their shapes: the DeiT-style ViT-S of L6-L8 (:mod:`ddcl_theory.experiments.deit_recipe`:
+crops, flips, mixup or cutmix, AdamW, the seeds of a setting stacked) and GPT-2 small with 5
+Laplacian heads of L9 (:mod:`ddcl_theory.experiments.gpt2_recipe`). Each: one warm-up step, then
+``--steps`` timed steps (one device synchronisation around them), under bf16 autocast on CUDA.
+It prints and records the seconds per step, examples (images or tokens) per second, the peak
+device memory (CUDA) or the process's peak resident set (CPU), and, for the ViT, the hours of
+one stack's full schedule at that speed. ``--small`` runs the cpu profile's shapes instead (the
+plumbing check of the tests). Part of the prepared GPU check (``scripts/gpu_check.sh``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import resource
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from ddcl_theory.data import augment
+from ddcl_theory.experiments import deit_recipe, gpt2_recipe
+from ddcl_theory.runtime.precision import autocast
+from ddcl_theory.runtime.stacked import StackedModels
+
+__all__ = ["time_deit", "time_gpt2", "main"]
+
+#: Training images of the largest ViT setting (CIFAR-100 less its validation split).
+DEIT_IMAGES = 49_000
+
+
+def _peak_mib(device: str) -> float:
+    if device.startswith("cuda"):
+        return torch.cuda.max_memory_allocated() / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _timed(step, device: str, steps: int) -> float:
+    """Seconds per call of ``step`` over ``steps`` calls after one warm-up call."""
+    step()
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    return (time.perf_counter() - start) / steps
+
+
+def time_deit(device: str, steps: int, *, seeds: int = 2, recipe=None) -> dict:
+    """A stack of ``seeds`` ViTs (all heads Laplacian) under the recipe, one batch a step."""
+    recipe = recipe or deit_recipe.DeiTRecipe.from_profile()
+    stack = StackedModels(lambda _s: recipe.model(100, recipe.heads), range(seeds)).to(device)
+    opt = torch.optim.AdamW(deit_recipe.param_groups(stack.stacked, recipe.weight_decay,
+                                                     stacked=True), lr=1e-4)
+    b, size = recipe.batch_size, recipe.image_size
+    x = torch.randn(seeds, b, 3, size, size, device=device)
+    y = torch.randint(0, 100, (seeds, b), device=device)
+    gen = torch.Generator().manual_seed(0)
+
+    def step() -> None:
+        pairs = [deit_recipe.augmented_batch(recipe, x[s], y[s], 100, gen) for s in range(seeds)]
+        images = torch.stack([p[0] for p in pairs])
+        targets = torch.stack([p[1] for p in pairs])
+        with autocast(device):
+            loss = torch.vmap(augment.soft_cross_entropy)(stack(images), targets).sum()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    seconds = _timed(step, device, steps)
+    per_epoch = math.ceil(DEIT_IMAGES / b)
+    return {"recipe": "deit", "shapes": f"ViT d={recipe.dim} depth={recipe.depth} "
+            f"heads={recipe.heads} patch={recipe.patch}", "seeds": seeds, "batch": b,
+            "seconds_per_step": seconds, "examples_per_second": seeds * b / seconds,
+            "peak_mib": _peak_mib(device),
+            "hours_per_stack": seconds * per_epoch * recipe.epochs / 3600}
+
+
+def time_gpt2(device: str, steps: int, *, batch: int = 8, shapes=None) -> dict:
+    """GPT-2 with 5 Laplacian heads a block, next-token cross-entropy, one batch a step."""
+    shapes = shapes or gpt2_recipe.GPT2Shapes.from_profile()
+    vocab = 50257
+    model = shapes.model(vocab, shapes.laplacian_heads).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    ids = torch.randint(0, vocab, (batch, shapes.block_size + 1), device=device)
+
+    def step() -> None:
+        with autocast(device):
+            logits = model(ids[:, :-1])
+            loss = F.cross_entropy(logits.reshape(-1, vocab).float(), ids[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    seconds = _timed(step, device, steps)
+    return {"recipe": "gpt2", "shapes": f"GPT-2 d={shapes.dim} depth={shapes.depth} "
+            f"heads={shapes.heads} context={shapes.block_size}", "batch": batch,
+            "seconds_per_step": seconds,
+            "examples_per_second": batch * shapes.block_size / seconds,
+            "peak_mib": _peak_mib(device)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--report", type=Path, default=None)
+    parser.add_argument("--small", action="store_true",
+                        help="the cpu profile's shapes (a plumbing check), not the paper's")
+    args = parser.parse_args(argv)
+    if args.steps < 1:
+        parser.error(f"--steps: expected at least 1, got {args.steps}")
+    if args.small:
+        recipe, shapes = deit_recipe.DeiTRecipe(), gpt2_recipe.GPT2Shapes()
+    else:
+        from ddcl_theory.experiments.smoke import scoped_env
+        from ddcl_theory.runtime import profile
+        with scoped_env(**{profile.PROFILE_ENV: "paper", profile.SMOKE_ENV: None,
+                           profile.ALLOW_CPU_ENV: "1"}):
+            recipe = deit_recipe.DeiTRecipe.from_profile()
+            shapes = gpt2_recipe.GPT2Shapes.from_profile()
+    rows = [time_deit(args.device, args.steps, recipe=recipe),
+            time_gpt2(args.device, args.steps, shapes=shapes, batch=2 if args.small else 8)]
+    for r in rows:
+        extra = (f", {r['hours_per_stack']:.2f} h a stack of {r['seeds']} for the schedule"
+                 if "hours_per_stack" in r else "")
+        print(f"recipe_check: {r['recipe']:5s} {r['shapes']}, batch {r['batch']}: "
+              f"{r['seconds_per_step'] * 1000:.1f} ms/step, {r['examples_per_second']:.0f} "
+              f"examples/s, peak {r['peak_mib']:.0f} MiB{extra}")
+    if args.report:
+        args.report.write_text(json.dumps({"device": args.device, "recipes": rows}, indent=1)
+                               + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,24 @@
+"""The recipe check of the prepared GPU check: both paper-scale recipes take timed steps and
+report their speed and memory (here at the cpu profile's shapes)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ddcl_theory.experiments import recipe_check
+
+
+def test_both_recipes_are_timed_and_reported(tmp_path, capsys):
+    report = tmp_path / "recipes.json"
+    assert recipe_check.main(["--device", "cpu", "--steps", "1", "--small",
+                              "--report", str(report)]) == 0
+    rows = json.loads(report.read_text())["recipes"]
+    assert [r["recipe"] for r in rows] == ["deit", "gpt2"]
+    for r in rows:
+        assert r["seconds_per_step"] > 0 and r["examples_per_second"] > 0 and r["peak_mib"] > 0
+    assert rows[0]["seeds"] == 2 and rows[0]["hours_per_stack"] > 0
+    out = capsys.readouterr().out
+    assert out.count("recipe_check:") == 2 and "ms/step" in out
+    with pytest.raises(SystemExit):
+        recipe_check.main(["--steps", "0", "--small"])
