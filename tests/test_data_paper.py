@@ -524,6 +524,10 @@ def test_the_fineweb_shard_is_kept_as_published_and_tokenised_once(monkeypatch, 
         f.write(b"\xff\xff")
     with pytest.raises(lm_corpus.CorpusError, match="fails its record"):
         lm_corpus.corpus_tokens(10_000, vocab=vocab, merges=merges)
+    record = made.with_name(made.name + ".json")
+    record.write_text("{}")
+    with pytest.raises(lm_corpus.CorpusError, match="not a token file record"):
+        lm_corpus.corpus_tokens(10_000, vocab=vocab, merges=merges)
     with pytest.raises(ValueError, match="max_tokens: expected an int >= 1"):
         lm_corpus.write_token_file(FINEWEB_DOCS, tok, tmp_path / "x.u16", 0)
 

@@ -15,6 +15,7 @@ from ddcl_theory.data import paper
 from ddcl_theory.experiments import deit_recipe as dr
 from ddcl_theory.experiments import laplacian_vit as lv
 from ddcl_theory.runtime import profile
+from ddcl_theory.runtime.stacked import StackedModels
 
 from _study_images import synthetic_images
 
@@ -45,12 +46,20 @@ def test_weight_decay_falls_on_matrices_only():
     assert any(n.endswith("patch_embeddings.projection.weight") for n in decayed)
     assert all(n.endswith(("bias", "position_embeddings", "cls_token"))
                or "layernorm" in n for n in plain)
+    assert {"hf.vit.embeddings.cls_token", "hf.vit.embeddings.position_embeddings",
+            "hf.classifier.bias", "hf.vit.layernorm.weight"} <= plain
+    assert "hf.classifier.weight" in decayed
     assert len(decayed) + len(plain) == len(names)
+    # the same split on a stack (a leading seed axis on every parameter)
+    stack = StackedModels(lambda _s: tiny().model(10, 0), [0, 1])
+    stacked = dr.param_groups(stack.stacked, 0.05, stacked=True)
+    assert [len(g["params"]) for g in stacked] == [len(g["params"]) for g in groups]
 
 
 def test_a_stacked_seed_trains_like_its_sequential_twin():
-    # float64, so that Adam's near-zero updates do not amplify the rounding of batched kernels
-    recipe = tiny()
+    # float64, so that Adam's near-zero updates do not amplify the rounding of batched kernels;
+    # two blocks, so that stochastic depth acts (drawn from each seed's generator)
+    recipe = tiny(depth=2, drop_path=0.3)
     images = synthetic_images()
     tensors = {k: v.double() if v.is_floating_point() else v
                for k, v in dr.study_pixels(images, 64).items()}
@@ -69,7 +78,7 @@ def test_a_stacked_seed_trains_like_its_sequential_twin():
 
 
 def test_runs_are_read_at_their_optimum_into_the_studys_records():
-    recipe = tiny(epochs=8, drop_path=0.1)
+    recipe = tiny(epochs=8, depth=2, drop_path=0.1)
     images = synthetic_images()
     runs = dr.deit_stack_runs(recipe, images, "sweep", 64, 8, "all", (0, 1), "cpu",
                               n_train_eval=30)
@@ -83,9 +92,27 @@ def test_runs_are_read_at_their_optimum_into_the_studys_records():
         assert 1 <= r.k99 <= 8 and 1 <= r.pr <= 8
     terminal = dr.deit_stack_runs(recipe, images, "terminal", 30, 8, "0", (0,), "cpu",
                                   n_train_eval=30, epochs=3)
+    with pytest.raises(ValueError, match="epochs: expected more than the recipe's warmup"):
+        dr.deit_stack_runs(recipe, images, "terminal", 30, 8, "0", (0,), "cpu",
+                           n_train_eval=30, epochs=1)
     assert terminal[0].patience is None and terminal[0].best_epoch == 3
     with pytest.raises(ValueError, match="part: expected"):
         dr.deit_stack_runs(recipe, images, "long", 30, 8, "0", (0,), "cpu", n_train_eval=30)
+
+
+def test_neural_collapse_is_read_on_the_cls_token_the_classifier_reads():
+    from ddcl_theory.metrics import geometry
+    torch.manual_seed(0)
+    model = tiny().model(10, 1).eval()
+    t = dr.study_pixels(synthetic_images(), 40)
+    got = dr.cls_collapse(model, t["x_eval"], t["y_eval"], t["x_fit"], t["y_fit"])
+    with torch.no_grad():
+        _, states = model(t["x_eval"], return_hidden=True)
+        cls = model.norm(states[-1])[:, 0].double().numpy()
+        mean = model.norm(states[-1]).mean(1).double().numpy()
+    labels = t["y_eval"].numpy()
+    assert got["nc1"] == pytest.approx(geometry.neural_collapse(cls, labels).nc1, rel=1e-9)
+    assert got["nc1"] != pytest.approx(geometry.neural_collapse(mean, labels).nc1, rel=1e-3)
 
 
 def test_pixels_are_standardised_by_the_training_images_only():

@@ -9,6 +9,15 @@ import pytest
 from ddcl_theory.experiments import recipe_check
 
 
+def test_the_timing_runs_under_the_paper_profile(monkeypatch, tmp_path):
+    from ddcl_theory.runtime import profile
+    monkeypatch.setattr(recipe_check, "amp_enabled", lambda _d: profile.current().is_paper)
+    report = tmp_path / "r.json"
+    assert recipe_check.main(["--device", "cpu", "--steps", "1", "--small",
+                              "--report", str(report)]) == 0
+    assert [r["bf16"] for r in json.loads(report.read_text())["recipes"]] == [True, True]
+
+
 def test_both_recipes_are_timed_and_reported(tmp_path, capsys):
     report = tmp_path / "recipes.json"
     assert recipe_check.main(["--device", "cpu", "--steps", "1", "--small",
@@ -18,6 +27,7 @@ def test_both_recipes_are_timed_and_reported(tmp_path, capsys):
     for r in rows:
         assert r["seconds_per_step"] > 0 and r["examples_per_second"] > 0 and r["peak_mib"] > 0
     assert rows[0]["seeds"] == 2 and rows[0]["hours_per_stack"] > 0
+    assert [r["bf16"] for r in rows] == [False, False]            # bf16 on CUDA only
     out = capsys.readouterr().out
     assert out.count("recipe_check:") == 2 and "ms/step" in out
     with pytest.raises(SystemExit):

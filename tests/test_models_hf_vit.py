@@ -16,10 +16,14 @@ KW = dict(image_size=16, patch=4, dim=16, depth=3, heads=4, mlp_ratio=2)
 def test_hidden_states_and_the_final_norm_give_the_logits():
     torch.manual_seed(0)
     model = HFViT(5, **KW).eval()
+    with torch.no_grad():                  # a norm that is no projection: twice != once
+        model.norm.weight.uniform_(0.5, 2.0)
+        model.norm.bias.normal_()
     x = torch.randn(3, 3, 16, 16)
     logits, states = model(x, return_hidden=True)
     assert logits.shape == (3, 5) and len(states) == 4
     assert all(s.shape == (3, 1 + 16, 16) for s in states)
+    assert not torch.allclose(states[-1], model.norm(states[-1]), atol=1e-3)
     read = model.hf.classifier(model.norm(states[-1])[:, 0])
     assert torch.allclose(read, logits, atol=1e-6)
     assert torch.equal(model(x), logits)
@@ -72,6 +76,36 @@ def test_stochastic_depth_acts_in_training_mode_only():
     assert not torch.equal(model(x), model(x))
     model.eval()
     assert torch.equal(model(x), model(x))
+
+
+def test_drawn_drop_scales_decide_the_step_and_zero_drops_every_branch():
+    torch.manual_seed(0)
+    model = HFViT(5, drop_path=0.5, **KW).train()
+    x = torch.randn(6, 3, 16, 16)
+    g = torch.Generator().manual_seed(3)
+    scale = model.draw_drop_scale(6, g)
+    assert scale.shape == (6, 3, 2) and torch.equal(scale[:, 0], torch.ones(6, 2))  # rate 0
+    assert set(scale[:, 2].unique().tolist()) <= {0.0, 2.0}                         # rate 0.5
+    assert torch.equal(model(x, scale), model(x, scale))           # no global draw left
+    first_only = torch.ones(6, 3, 2)
+    first_only[:, 1:] = 0.0                  # blocks 2 and 3 dropped (block 1's rate is 0)
+    with torch.no_grad():
+        h = model.hf.vit.layers[0](model.hf.vit.embeddings(x))
+        final = model.hf.classifier(model.norm(h)[:, 0])
+        assert torch.allclose(model(x, first_only), final, atol=1e-5)
+    with pytest.raises(ValueError, match="drop_scale: expected shape"):
+        model(x, torch.ones(6, 2, 2))
+
+
+def test_a_stack_of_seeds_equals_its_seeds_one_by_one_in_training_too():
+    stack = StackedModels(lambda _s: HFViT(5, drop_path=0.3, **KW), [0, 1]).train()
+    x = torch.randn(2, 3, 3, 16, 16)
+    scales = torch.stack([hf_vit.draw_drop_scale(hf_vit.drop_path_rates(0.3, 3), 3,
+                                                 torch.Generator().manual_seed(s))
+                          for s in (0, 1)])
+    out = stack(x, scales)
+    for i, model in enumerate(stack.unstack()):
+        assert torch.allclose(out[i], model.train()(x[i], scales[i]), atol=1e-5)
 
 
 def test_a_stack_of_seeds_equals_its_seeds_one_by_one():

@@ -54,9 +54,13 @@ def smooth_labels(y: Tensor, num_classes: int, smoothing: float) -> Tensor:
     of the way towards the uniform distribution (rows sum to 1)."""
     check_shape(y, "y", ("B",))
     smoothing = check_real_range(smoothing, "smoothing", 0.0, 1.0)
-    if y.numel() and (int(y.min()) < 0 or int(y.max()) >= num_classes):
-        raise ValueError(f"y: expected labels in [0, num_classes={num_classes}), got "
-                         f"[{int(y.min())}, {int(y.max())}]")
+    if y.device.type == "cpu":
+        if y.numel() and (int(y.min()) < 0 or int(y.max()) >= num_classes):
+            raise ValueError(f"y: expected labels in [0, num_classes={num_classes}), got "
+                             f"[{int(y.min())}, {int(y.max())}]")
+    else:                                      # checked on the device, without waiting for it
+        torch._assert_async(((y >= 0) & (y < num_classes)).all(),
+                            f"y: expected labels in [0, num_classes={num_classes})")
     one_hot = F.one_hot(y, num_classes).float()
     return one_hot * (1.0 - smoothing) + smoothing / num_classes
 

@@ -117,7 +117,12 @@ def corpus_tokens(max_tokens: int, *, parquet: Path | None = None, vocab: Path |
         if not record_path.exists():
             raise CorpusError(f"{out}: no record {record_path.name} beside it; delete it to "
                               f"rebuild")
-        record = json.loads(record_path.read_text(encoding="utf-8"))
+        try:
+            record = json.loads(record_path.read_text(encoding="utf-8"))
+            record["n_tokens"], record["sha256"]
+        except (ValueError, KeyError, TypeError) as err:
+            raise CorpusError(f"{record_path}: not a token file record ({err}); delete it and "
+                              f"{out.name} to rebuild") from err
         if record.get("inputs") != inputs or record.get("max_tokens") != max_tokens:
             raise CorpusError(f"{out}: made from other inputs ({record.get('inputs')}) than "
                               f"these ({inputs}); delete it to rebuild")
@@ -130,6 +135,8 @@ def corpus_tokens(max_tokens: int, *, parquet: Path | None = None, vocab: Path |
         try:
             n = write_token_file(parquet_texts(Path(parquet)), bpe_tokenizer(vocab, merges),
                                  Path(tmp), max_tokens)
+            if n == 0:
+                raise CorpusError(f"parquet: {parquet} holds no document")
             record = {"max_tokens": max_tokens, "n_tokens": n, "inputs": inputs,
                       "sha256": file_sha256(Path(tmp)), "dtype": "uint16 little-endian",
                       "eot": EOT}

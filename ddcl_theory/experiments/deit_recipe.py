@@ -32,14 +32,15 @@ from ddcl_theory.data import augment
 from ddcl_theory.experiments import laplacian_vit as lv
 from ddcl_theory.experiments.laplacian_common import laplacian_count
 from ddcl_theory.experiments.laplacian_study import ViTRun, measure_vit
-from ddcl_theory.models.hf_vit import HFViT
+from ddcl_theory.metrics import geometry as metrics
+from ddcl_theory.models.hf_vit import HFViT, draw_drop_scale, drop_path_rates
 from ddcl_theory.runtime.rundir import RunDir
 from ddcl_theory.runtime.settings import Settings, setting
 from ddcl_theory.runtime.stacked import PerSeedLoss, StackedModels, stacked_batches
 from ddcl_theory.runtime.training import fit
 
 __all__ = ["DeiTRecipe", "paper_study_images", "study_pixels", "param_groups", "lr_factor",
-           "augmented_batch", "train_deit_stack", "deit_stack_runs"]
+           "augmented_batch", "train_deit_stack", "cls_collapse", "deit_stack_runs"]
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,12 @@ class DeiTRecipe(Settings):
     validation loss. The smoke run keeps the shapes and trains one epoch.
 
     ``lr`` is the peak rate per 512 images (DeiT's rule): the peak is ``lr * batch_size /
-    512``; ``min_lr`` is the end of the cosine."""
+    512``; ``min_lr`` is the end of the cosine.
+
+    Where it differs from DeiT's published recipe: the rate moves every step (warm-up from
+    peak / warm-up steps, not 1e-6; the cosine over the steps after the warm-up, with no
+    cool-down epochs); no RandAugment, random erasing or repeated augmentation; crops pad the
+    standardised images with zeros (the mean colour); 400 epochs as in DeiT-III."""
 
     image_size: int = setting(32, ge=1)
     patch: int = setting(8, paper=4, ge=1)
@@ -178,8 +184,9 @@ def train_deit_stack(make_model: Callable[[int], nn.Module], seeds: Sequence[int
     read at the end). Resumable after every epoch through ``run``.
 
     Args:
-        make_model: ``seed -> model`` (pixels -> logits), built right after
-            ``seed_everything(seed)``.
+        make_model: ``seed -> model`` of the recipe's shapes (an :class:`HFViT`:
+            ``(pixels, drop_scale) -> logits``), built right after ``seed_everything(seed)``;
+            its stochastic depth is drawn from each seed's generator.
         tensors: :func:`study_pixels`'s ``x_fit, y_fit, x_val, y_val`` on ``device``.
 
     Returns the S models (seed order, evaluation mode) and their
@@ -187,6 +194,9 @@ def train_deit_stack(make_model: Callable[[int], nn.Module], seeds: Sequence[int
     """
     if patience is not None and patience < 1:
         raise ValueError(f"patience: expected an int >= 1 or None, got {patience!r}")
+    if recipe.warmup_epochs and recipe.warmup_epochs >= epochs:
+        raise ValueError(f"epochs: expected more than the recipe's warmup_epochs="
+                         f"{recipe.warmup_epochs}, got {epochs}")
     x, y = tensors["x_fit"], tensors["y_fit"]
     stack = StackedModels(make_model, seeds).to(device)
     peak = recipe.lr * recipe.batch_size / 512
@@ -200,13 +210,15 @@ def train_deit_stack(make_model: Callable[[int], nn.Module], seeds: Sequence[int
         opt, lambda step: lr_factor(step, total, warmup, floor))
     best = lv.BestStates(stack).to(device)
     per_seed = PerSeedLoss(lambda forward, b: torch.vmap(augment.soft_cross_entropy)(
-        forward(b[0]), b[1]), stack.num_seeds)
+        forward(b[0], b[2]), b[1]), stack.num_seeds)
+    rates = drop_path_rates(recipe.drop_path, recipe.depth)
 
-    def one_seed(gen: torch.Generator) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def one_seed(gen: torch.Generator) -> Iterator[tuple[torch.Tensor, ...]]:
         order = torch.randperm(n, generator=gen).to(device)
         for i in range(steps_per_epoch):
             idx = order[i * size:(i + 1) * size]
-            yield augmented_batch(recipe, x[idx], y[idx], num_classes, gen)
+            images, targets = augmented_batch(recipe, x[idx], y[idx], num_classes, gen)
+            yield images, targets, draw_drop_scale(rates, len(idx), gen).to(device)
 
     def end_of_round(r: int) -> dict:
         train = per_seed.curves()[-steps_per_epoch:].double().mean(0)
@@ -237,6 +249,26 @@ def train_deit_stack(make_model: Callable[[int], nn.Module], seeds: Sequence[int
                                best_epoch.astype(int))
 
 
+@torch.no_grad()
+def _cls_features(model: HFViT, x: torch.Tensor, chunk: int = 1000) -> np.ndarray:
+    """The CLS token after the final LayerNorm (what the classifier reads), float64 (N, d)."""
+    out = []
+    for i in range(0, x.shape[0], chunk):
+        _, states = model(x[i:i + chunk], return_hidden=True)
+        out.append(model.norm(states[-1])[:, 0].double().cpu())
+    return torch.cat(out).numpy()
+
+
+def cls_collapse(model: HFViT, x_eval: torch.Tensor, y_eval: torch.Tensor,
+                 x_train: torch.Tensor, y_train: torch.Tensor) -> dict[str, float]:
+    """Neural Collapse of what a CLS classifier reads: NC1 of the pool's CLS tokens, NC1 and
+    the ETF gap of the training images' (the fields of ``ViTRun`` that the study's
+    ``measure_vit`` reads off the mean token, which a mean-pooled model classifies)."""
+    pool = metrics.neural_collapse(_cls_features(model, x_eval), y_eval.cpu().numpy())
+    train = metrics.neural_collapse(_cls_features(model, x_train), y_train.cpu().numpy())
+    return {"nc1": pool.nc1, "nc1_train": train.nc1, "etf_gap_train": train.etf_gap}
+
+
 def deit_stack_runs(recipe: DeiTRecipe, images: lv.StudyImages, part: str, n_train: int,
                     dim: int, setting: str, seeds: Sequence[int], device: str, *,
                     n_train_eval: int, epochs: int | None = None,
@@ -245,7 +277,8 @@ def deit_stack_runs(recipe: DeiTRecipe, images: lv.StudyImages, part: str, n_tra
     the recipe: the seeds trained together (:func:`train_deit_stack`; the ``"terminal"`` part
     without early stopping, for ``epochs``), each measured by
     :func:`~ddcl_theory.experiments.laplacian_study.measure_vit` on the evaluation pool and on
-    its first ``n_train_eval`` training images (the terminal part: all of them)."""
+    its first ``n_train_eval`` training images (the terminal part: all of them), its Neural
+    Collapse fields read on the CLS token the classifier reads (:func:`cls_collapse`)."""
     if part not in ("sweep", "terminal", "wide"):
         raise ValueError(f"part: expected 'sweep', 'terminal' or 'wide', got {part!r}")
     terminal = part == "terminal"
@@ -262,7 +295,8 @@ def deit_stack_runs(recipe: DeiTRecipe, images: lv.StudyImages, part: str, n_tra
     x, y = tensors["x_fit"], tensors["y_fit"]
     runs = []
     for i, (seed, model) in enumerate(zip(seeds, models)):
-        measured = measure_vit(model, tensors["x_eval"], tensors["y_eval"], x[:n_ev], y[:n_ev])
+        args = (model, tensors["x_eval"], tensors["y_eval"], x[:n_ev], y[:n_ev])
+        measured = {**measure_vit(*args), **cls_collapse(*args)}
         runs.append(ViTRun(
             part=part, n_train=n_train, dim=dim, setting=setting, laplacian_heads=n_lap,
             seed=int(seed), val_loss=tuple(log.val_loss[:, i].tolist()),

@@ -28,7 +28,8 @@ import torch.nn.functional as F
 
 from ddcl_theory.data import augment
 from ddcl_theory.experiments import deit_recipe, gpt2_recipe
-from ddcl_theory.runtime.precision import autocast
+from ddcl_theory.runtime.precision import amp_enabled, autocast
+from ddcl_theory.models.hf_vit import draw_drop_scale, drop_path_rates
 from ddcl_theory.runtime.stacked import StackedModels
 
 __all__ = ["time_deit", "time_gpt2", "main"]
@@ -68,12 +69,15 @@ def time_deit(device: str, steps: int, *, seeds: int = 2, recipe=None) -> dict:
     y = torch.randint(0, 100, (seeds, b), device=device)
     gen = torch.Generator().manual_seed(0)
 
+    rates = drop_path_rates(recipe.drop_path, recipe.depth)
+
     def step() -> None:
         pairs = [deit_recipe.augmented_batch(recipe, x[s], y[s], 100, gen) for s in range(seeds)]
         images = torch.stack([p[0] for p in pairs])
         targets = torch.stack([p[1] for p in pairs])
+        scale = torch.stack([draw_drop_scale(rates, b, gen) for _ in range(seeds)]).to(device)
         with autocast(device):
-            loss = torch.vmap(augment.soft_cross_entropy)(stack(images), targets).sum()
+            loss = torch.vmap(augment.soft_cross_entropy)(stack(images, scale), targets).sum()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -121,21 +125,26 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.steps < 1:
         parser.error(f"--steps: expected at least 1, got {args.steps}")
-    if args.small:
-        recipe, shapes = deit_recipe.DeiTRecipe(), gpt2_recipe.GPT2Shapes()
-    else:
-        from ddcl_theory.experiments.smoke import scoped_env
-        from ddcl_theory.runtime import profile
-        with scoped_env(**{profile.PROFILE_ENV: "paper", profile.SMOKE_ENV: None,
-                           profile.ALLOW_CPU_ENV: "1"}):
+    from ddcl_theory.experiments.smoke import scoped_env
+    from ddcl_theory.runtime import profile
+    # the paper profile throughout (bf16 autocast on CUDA); --small: the cpu profile's shapes
+    with scoped_env(**{profile.PROFILE_ENV: "paper", profile.SMOKE_ENV: None,
+                       profile.ALLOW_CPU_ENV: "1"}):
+        if args.small:
+            recipe, shapes = deit_recipe.DeiTRecipe(), gpt2_recipe.GPT2Shapes()
+        else:
             recipe = deit_recipe.DeiTRecipe.from_profile()
             shapes = gpt2_recipe.GPT2Shapes.from_profile()
-    rows = [time_deit(args.device, args.steps, recipe=recipe),
-            time_gpt2(args.device, args.steps, shapes=shapes, batch=2 if args.small else 8)]
+        rows = [time_deit(args.device, args.steps, recipe=recipe),
+                time_gpt2(args.device, args.steps, shapes=shapes,
+                          batch=2 if args.small else 8)]
+        for r in rows:
+            r["bf16"] = amp_enabled(args.device)
     for r in rows:
         extra = (f", {r['hours_per_stack']:.2f} h a stack of {r['seeds']} for the schedule"
                  if "hours_per_stack" in r else "")
-        print(f"recipe_check: {r['recipe']:5s} {r['shapes']}, batch {r['batch']}: "
+        print(f"recipe_check: {r['recipe']:5s} {r['shapes']}, batch {r['batch']}"
+              f"{', bf16' if r['bf16'] else ''}: "
               f"{r['seconds_per_step'] * 1000:.1f} ms/step, {r['examples_per_second']:.0f} "
               f"examples/s, peak {r['peak_mib']:.0f} MiB{extra}")
     if args.report:

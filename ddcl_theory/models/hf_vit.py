@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from ddcl_theory.layers.laplacianize import laplacianize
 from ddcl_theory.runtime.validate import check_choice, check_positive_int, check_shape
 
-__all__ = ["HFViT", "drop_path_rates"]
+__all__ = ["HFViT", "drop_path_rates", "draw_drop_scale"]
 
 
 def drop_path_rates(drop_path: float, depth: int) -> list[float]:
@@ -36,18 +36,30 @@ def drop_path_rates(drop_path: float, depth: int) -> list[float]:
 
 
 def _drop_branch(rate: float):
-    """A forward hook that drops a residual branch's output per image with probability
-    ``rate`` in training mode (a tuple output: its first element)."""
+    """A forward hook that drops a residual branch's output per image in training mode: by the
+    multipliers (B,) :meth:`HFViT.forward` left in the module's ``drop_scale`` (drawn from a
+    caller's generator), else by a draw from torch's global generator with probability
+    ``rate`` (kept outputs scaled by 1 / (1 - rate)). A tuple output: its first element."""
     def hook(module: nn.Module, _args, output):
         if not module.training or rate == 0.0:
             return output
         out = output[0] if isinstance(output, tuple) else output
-        keep = 1.0 - rate
-        shape = (out.shape[0],) + (1,) * (out.dim() - 1)
-        mask = (torch.rand(shape, device=out.device) < keep).to(out.dtype) / keep
-        out = out * mask
+        scale = getattr(module, "drop_scale", None)
+        if scale is None:
+            keep = 1.0 - rate
+            scale = (torch.rand(out.shape[0], device=out.device) < keep).to(out.dtype) / keep
+        out = out * scale.to(out.dtype).reshape((-1,) + (1,) * (out.dim() - 1))
         return (out,) + tuple(output[1:]) if isinstance(output, tuple) else out
     return hook
+
+
+def draw_drop_scale(rates: list[float], batch: int, gen: torch.Generator) -> Tensor:
+    """Stochastic-depth multipliers (batch, depth, 2) for the attention and MLP branch of every
+    block at per-block ``rates``, drawn from ``gen``: 0 (dropped) or 1 / (1 - rate) (kept).
+    Passed to :meth:`HFViT.forward`, they make a training step a function of ``gen`` alone (a
+    stacked seed then draws what its sequential twin draws)."""
+    keep = 1.0 - torch.tensor(rates, dtype=torch.float32)[None, :, None]
+    return (torch.rand(batch, len(rates), 2, generator=gen) < keep).float() / keep
 
 
 class HFViT(nn.Module):
@@ -64,7 +76,8 @@ class HFViT(nn.Module):
 
     Shapes: ``forward(pixels (B, 3, image_size, image_size)) -> logits (B, num_classes)``; with
     ``return_hidden=True`` also ``[x_0, ..., x_depth]``, each (B, 1 + T, dim), T = (image_size
-    / patch)^2, before the final LayerNorm.
+    / patch)^2, before the final LayerNorm. ``drop_scale`` (B, depth, 2), optional: the
+    stochastic-depth multipliers of :meth:`draw_drop_scale` (training mode only).
     """
 
     def __init__(self, num_classes: int, *, image_size: int = 32, patch: int = 4,
@@ -101,8 +114,21 @@ class HFViT(nn.Module):
         """The final LayerNorm (before the classifier)."""
         return self.hf.vit.layernorm
 
-    def forward(self, pixels: Tensor, return_hidden: bool = False
-                ) -> Tensor | tuple[Tensor, list[Tensor]]:
+    def draw_drop_scale(self, batch: int, gen: torch.Generator) -> Tensor:
+        """:func:`draw_drop_scale` at this model's rates."""
+        return draw_drop_scale(self.drop_path, batch, gen)
+
+    def forward(self, pixels: Tensor, drop_scale: Tensor | None = None,
+                return_hidden: bool = False) -> Tensor | tuple[Tensor, list[Tensor]]:
         check_shape(pixels, "pixels", ("B", 3, self.image_size, self.image_size))
-        out = self.hf(pixel_values=pixels, output_hidden_states=return_hidden)
+        if drop_scale is not None:
+            check_shape(drop_scale, "drop_scale", (pixels.shape[0], len(self.drop_path), 2))
+        for i, layer in enumerate(self.hf.vit.layers):
+            layer.attention.drop_scale = None if drop_scale is None else drop_scale[:, i, 0]
+            layer.mlp.drop_scale = None if drop_scale is None else drop_scale[:, i, 1]
+        try:
+            out = self.hf(pixel_values=pixels, output_hidden_states=return_hidden)
+        finally:
+            for layer in self.hf.vit.layers:
+                layer.attention.drop_scale = layer.mlp.drop_scale = None
         return (out.logits, list(out.hidden_states)) if return_hidden else out.logits
