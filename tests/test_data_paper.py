@@ -35,6 +35,7 @@ from ddcl_theory.data import (
     fetch,
     hub,
     lm_corpus,
+    lm_sources,
     paper,
     paper_fetch,
     paper_files,
@@ -627,8 +628,8 @@ def test_the_catalogue_pins_commits_and_confirmed_checksums_only():
     assert (src["fineweb"].algo, src["fineweb"].checksum, src["fineweb"].size) == (
         "sha256", "6b552ea48424648dc86d00df276f93fdfc55e9ad342ce3e4affc23a3a370792b",
         2_147_292_183)
-    assert f"/resolve/{paper_sources.FINEWEB_REVISION}/" in src["fineweb"].url
-    assert len(paper_sources.FINEWEB_REVISION) == 40
+    assert f"/resolve/{lm_sources.FINEWEB_REVISION}/" in src["fineweb"].url
+    assert len(lm_sources.FINEWEB_REVISION) == 40
     for name in ("cifar10", "imdb"):  # the staged subsets' archives, same pinned checksum
         assert (src[name].url, src[name].checksum) == (sources.SOURCES[name].url,
                                                        sources.SOURCES[name].checksum)

@@ -21,7 +21,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from ddcl_theory.data import digest, files, paper_sources
+from ddcl_theory.data import digest, files, lm_sources, paper_sources  # noqa: F401 (its entry)
 
 RECORD_SUFFIX = ".digest.json"
 ENSURE_PAPER = "python -m ddcl_theory.data ensure --paper"

@@ -13,10 +13,8 @@ are fetched by ``python -m ddcl_theory.data ensure --paper`` (``make data PROFIL
     builder of each key. The CIFAR-10 and IMDB sources are those of the staged subsets (same
     archive, same checksum); CIFAR-100 is the Toronto archive under the md5 torchvision pins;
     Imagenette (160 px) is fast.ai's archive under the md5 torchvision pins; ADE20K is the MIT
-    scene-parsing archive under the sha1 GluonCV's download script pins; FineWeb's first
-    sample-10BT shard is the Hub dataset's parquet at a pinned commit under its sha256. The last
-    three are kept as downloaded (scheme ``bytes``); :mod:`ddcl_theory.data.paper` reads them in
-    place (:mod:`ddcl_theory.data.lm_corpus` tokenises the FineWeb shard once).
+    scene-parsing archive under the sha1 GluonCV's download script pins. The last two are kept
+    as downloaded (scheme ``bytes``); :mod:`ddcl_theory.data.paper` reads them in place.
 :data:`HUB_MODELS`
     key -> :class:`HubModel`: a Hugging Face Hub repository at a pinned commit and the files the
     paper profile needs from it, fetched with :mod:`huggingface_hub` into the user's Hub cache.
@@ -92,12 +90,6 @@ IMAGENETTE_URL = "https://s3.amazonaws.com/fast-ai-imageclas/imagenette2-160.tgz
 IMAGENETTE_MD5 = "e793b78cc4c9e9a4ccc0c1155377a412"  # torchvision.datasets.Imagenette, "160px"
 ADE20K_URL = "http://data.csail.mit.edu/places/ADEchallenge/ADEChallengeData2016.zip"
 ADE20K_SHA1 = "219e1696abb36c8ba3a3afe7fb2f4b4606a897c7"  # GluonCV scripts/datasets/ade20k.py
-#: FineWeb's sample-10BT, first shard, at a pinned commit of the Hub dataset (2,147,292,183 bytes).
-FINEWEB_REVISION = "9bb295ddab0e05d785b879661af7260fed5140fc"
-FINEWEB_URL = ("https://huggingface.co/datasets/HuggingFaceFW/fineweb/resolve/"
-               f"{FINEWEB_REVISION}/sample/10BT/000_00000.parquet")
-FINEWEB_SHA256 = "6b552ea48424648dc86d00df276f93fdfc55e9ad342ce3e4affc23a3a370792b"
-FINEWEB_SIZE = 2_147_292_183
 
 PAPER_SOURCES: dict[str, Source] = {
     "cifar10": replace(SOURCES["cifar10"], outputs={"cifar10_full": derive.build_cifar10_full}),
@@ -108,9 +100,6 @@ PAPER_SOURCES: dict[str, Source] = {
                          {"imagenette": derive.build_file_copy}),
     "ade20k": Source("ade20k", ADE20K_URL, "ADEChallengeData2016.zip", "sha1", ADE20K_SHA1,
                      {"ade20k": derive.build_file_copy}),
-    "fineweb": Source("fineweb", FINEWEB_URL, "fineweb-sample-10BT-000_00000.parquet", "sha256",
-                      FINEWEB_SHA256, {"fineweb": derive.build_file_copy},
-                      size=FINEWEB_SIZE),
 }
 
 PAPER_FILES: dict[str, PaperFile] = {
@@ -129,10 +118,6 @@ PAPER_FILES: dict[str, PaperFile] = {
     "ade20k": PaperFile("ADEChallengeData2016.zip",
                         "ADE20K scene parsing: 20,210 training and 2,000 validation images with "
                         "150-class annotations, the archive as published", "ade20k", "bytes"),
-    "fineweb": PaperFile("fineweb-sample-10BT-000_00000.parquet",
-                         "FineWeb sample-10BT, its first shard: English web text (L9's corpus, "
-                         "tokenised by GPT-2's BPE), the parquet as published", "fineweb",
-                         "bytes"),
 }
 
 HUB_MODELS: dict[str, HubModel] = {
