@@ -203,6 +203,7 @@ def render(counts: dict, settings: dict, chapters: dict[str, list[str]], claims:
         "checksum of each archive and records a digest of each derived file:",
         "",
     ]
+    from ddcl_theory.data import paper_files  # noqa: F401 (adds the LM corpus entry)
     from ddcl_theory.data.paper_sources import HUB_MODELS, PAPER_FILES
     for key, f in PAPER_FILES.items():
         lines.append(f"- `{key}`: {f.description}.")
