@@ -68,7 +68,7 @@ class LMSettings(Settings):
     schedule), the evaluation windows and the seeds.
 
     ``heldout_chars``: the first characters of the held-out text that are scored (None: all;
-    the smoke run's budget). cpu: width 32, 8 heads (5 Laplacian), runs of 100, 200 and 400
+    the smoke run's budget). cpu: width 32, 8 heads (5 Laplacian), runs of 50, 100 and 200
     steps, 3 seeds; reference: width 64, runs of 250, 500 and 1000 steps, the rule's seeds at
     the longest (the shorter lengths on the first ``trend_seeds``); paper: block 256, width
     384, 6 layers, 12 heads."""
@@ -82,8 +82,8 @@ class LMSettings(Settings):
     laplacian_heads: int = setting(5, ge=1)
     mlp_ratio: int = setting(4, ge=1)
     batch_size: int = setting(32, reference=64, paper=64, smoke=4, ge=1)
-    steps: tuple[int, ...] = setting((100, 200, 400), reference=(250, 500, 1000),
-                                     paper=(1250, 2500, 5000), smoke=(4, 8), ge=1,
+    steps: tuple[int, ...] = setting((50, 100, 200), reference=(250, 500, 1000),
+                                     paper=(1250, 2500, 5000), smoke=(2, 4), ge=1,
                                      nonempty=True)
     rounds: int = setting(10, smoke=2, ge=2)
     lr: float = setting(3e-3, paper=1e-3, gt=0)

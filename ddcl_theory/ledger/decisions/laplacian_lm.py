@@ -26,6 +26,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ddcl_theory.ledger.claims import rule_of
+from ddcl_theory.ledger.decisions.dense_features import trend_direction
 from ddcl_theory.ledger.design import Gate, TestResult
 from ddcl_theory.ledger.rules import L9_SETTLE
 from ddcl_theory.ledger.tolerance import Tolerance
@@ -155,15 +156,26 @@ def _word_text(t: TestResult) -> str:
 
 
 def _power_text(rule, tests: Sequence[TestResult], labels: Sequence[str]) -> str:
+    """A sentence on each undecided test whose seeds fall short of what its spread asks for
+    (a test that decided needs no more seeds)."""
     parts = []
     for t, label in zip(tests, labels):
-        if t.seeds_needed is None or t.seeds_needed > t.n_seeds:
+        if t.word == "inconclusive" and (t.seeds_needed is None or t.seeds_needed > t.n_seeds):
             need = "more than 100,000" if t.seeds_needed is None else t.seeds_needed
             parts.append(f"{label} would need {need} seeds at this spread")
     if not parts:
         return ""
     return (f" Power: {'; '.join(parts)} ({tests[0].n_seeds} ran, the rule registers "
             f"{rule.n_seeds}).")
+
+
+def _lead_moves(trend: dict[str, list[float]]) -> str:
+    """How the Laplacian arm's lead (none - Laplacian held-out loss, the loss gap's negative)
+    moves with training, from the gap's trend ``{length: [estimate, low, high]}``:
+    :func:`~ddcl_theory.ledger.decisions.dense_features.trend_direction` of the lead."""
+    lead = {k: [-est, -high, -low] for k, (est, low, high) in trend.items()}
+    direction = trend_direction(lead)
+    return f"{direction} with training" if direction in ("grows", "shrinks") else direction
 
 
 # ------------------------------------------------------------------------------- L9
@@ -188,8 +200,7 @@ def decide_l9(study) -> Verdict:
     item_se = item_standard_errors(study)
     spread = float(np.std(gap, ddof=1)) if gap.size > 1 else 0.0
     loss_t, cdnv_t, matched_t = results
-    loss_by_scale = [r[0].estimate for r in per_scale.values()]
-    moves = "grows" if abs(loss_by_scale[-1]) > abs(loss_by_scale[0]) else "shrinks"
+    moves = _lead_moves(_trend(per_scale, 0))
     evidence = (
         f"Character GPT (d={st.dim}, {st.depth} layers, {st.heads} heads, {lap_arm} Laplacian "
         f"per layer vs none) on {study.source}, {loss_t.n_seeds} seeds at {st.steps[-1]} "
@@ -198,7 +209,7 @@ def decide_l9(study) -> Verdict:
         f"{heldout[base_arm]:.3f}, Laplacian {heldout[lap_arm]:.3f} nats/char; Laplacian - "
         f"none {_iv(loss_t)} ({_word_text(loss_t)}). "
         + "By length: " + "; ".join(f"{_iv(r[0])} at {label}" for label, r in per_scale.items())
-        + f" (the gap {moves} with training). CDNV of the held-out tokens at the optimum: none "
+        + f" (the Laplacian arm's lead {moves}). CDNV of the held-out tokens at the optimum: none "
         f"{cdnv[base_arm]:.3g}, Laplacian {cdnv[lap_arm]:.3g}; relative change "
         f"{_iv(cdnv_t, 100, '+.1f')}% ({_word_text(cdnv_t)}). Beside: at a matched validation loss "
         f"(mean {level.mean():.3f} nats/char) {_iv(matched_t, 100, '+.1f')}% "
