@@ -33,6 +33,7 @@ from ddcl_theory.data import (
     derive,
     digest,
     fetch,
+    hellaswag,
     hub,
     lm_corpus,
     lm_sources,
@@ -172,6 +173,11 @@ def _tiny_fineweb() -> bytes:
 
 
 FINEWEB_DOCS = ["The cat sat on the mat.", "A second document,\nwith two lines.", "Third."]
+HELLASWAG_ROWS = [
+    {"ind": 0, "ctx_a": "A man holds a rope.", "ctx_b": "he", "label": 2,
+     "endings": ["sings.", "swims.", "climbs the rope.", "sleeps."], "source_id": "a"},
+    {"ind": 1, "ctx_a": "[header] How to bake [title] Heat the oven.", "ctx_b": "mix the flour",
+     "label": 0, "endings": ["and water.", "b.", "c.", "d."], "source_id": "b"}]
 
 
 @dataclass
@@ -201,7 +207,8 @@ def tiny() -> Tiny:
     }
     return Tiny({"cifar10": cifar10_archive, "cifar100": _tar_gz(members), "imdb": imdb_archive,
                  "imagenette": _tiny_imagenette(), "ade20k": _tiny_ade20k(),
-                 "fineweb": _tiny_fineweb()},
+                 "fineweb": _tiny_fineweb(),
+                 "hellaswag": "".join(json.dumps(r) + "\n" for r in HELLASWAG_ROWS).encode()},
                 cifar10, cifar100, imdb_rows, hub_files)
 
 
@@ -242,6 +249,13 @@ def server(tiny, registry):
         yield httpd
 
 
+def _archive_digest(src: sources.Source, body: bytes) -> str:
+    """The checksum ``src`` pins for ``body`` (a git blob hash where the source is pinned so)."""
+    if isinstance(src, hellaswag.GitBlobSource):
+        return src.bytes_digest(body)
+    return hashlib.new(src.algo, body).hexdigest()
+
+
 @pytest.fixture
 def registry(monkeypatch, tmp_path, tiny):
     """Only the cache (under tmp_path) as data directory, a Hub cache there, tiny catalogues."""
@@ -257,7 +271,7 @@ def registry(monkeypatch, tmp_path, tiny):
                                                     n_test=3)},
                 "cifar100": {"cifar100": partial(derive.build_cifar100, n_train=4, n_test=3)},
                 "imdb": {"imdb_full": partial(derive.build_imdb_full, group_size=2)}}
-    table = {name: replace(src, checksum=hashlib.new(src.algo, tiny.archives[name]).hexdigest(),
+    table = {name: replace(src, checksum=_archive_digest(src, tiny.archives[name]),
                            size=len(tiny.archives[name]),
                            outputs=builders.get(name, src.outputs))
              for name, src in paper_sources.PAPER_SOURCES.items()}
@@ -533,11 +547,32 @@ def test_the_fineweb_shard_is_kept_as_published_and_tokenised_once(monkeypatch, 
         lm_corpus.write_token_file(FINEWEB_DOCS, tok, tmp_path / "x.u16", 0)
 
 
+def test_hellaswag_is_the_committed_file_checked_by_its_git_blob_hash(monkeypatch, registry,
+                                                                      server, tiny):
+    _serve(monkeypatch, server)
+    report = paper_fetch.ensure_paper(["hellaswag"])
+    assert report.ok and hellaswag.hellaswag_file().read_bytes() == tiny.archives["hellaswag"]
+    items = hellaswag.read_items(hellaswag.hellaswag_file())
+    assert [it.label for it in items] == [2, 0] and items[0].endings[2] == "climbs the rope."
+    assert items[1].context == "How to bake. Heat the oven. Mix the flour"
+    # a file other than the committed one fails the blob hash and is deleted
+    (registry / "hellaswag_val.jsonl").unlink()
+    for stale in registry.rglob("hellaswag_val.jsonl*"):
+        stale.unlink()
+    path = urlsplit(paper_sources.PAPER_SOURCES["hellaswag"].url).path
+    server.RequestHandlerClass.files = dict(server.RequestHandlerClass.files,
+                                            **{path: tiny.archives["hellaswag"] + b"\n"})
+    with pytest.raises(fetch.ChecksumError, match="hellaswag_val.jsonl") as err:
+        paper_fetch.fetch_paper_source(paper_sources.PAPER_SOURCES["hellaswag"], ["hellaswag"])
+    assert "deleted" in str(err.value) and paper_files.find("hellaswag") is None
+
+
 def test_missing_paper_data_names_the_command_that_fetches_it(registry):
     for load, key in ((paper.load_cifar10_full, "cifar10_full"), (paper.load_cifar100, "cifar100"),
                       (partial(paper.load_imdb_full, "train"), "imdb_full"),
                       (lambda: next(paper.iter_imagenette()), "imagenette"),
                       (paper.ade20k_pairs, "ade20k"), (paper.fineweb_parquet, "fineweb"),
+                      (hellaswag.hellaswag_file, "hellaswag"),
                       (paper.bert_base_uncased_dir, "bert-base-uncased"),
                       (paper.gpt2_bpe_files, "gpt2-bpe")):
         with pytest.raises(FileNotFoundError, match=f"ensure --paper {key}`"):

@@ -21,7 +21,13 @@ import os
 import tempfile
 from pathlib import Path
 
-from ddcl_theory.data import digest, files, lm_sources, paper_sources  # noqa: F401 (its entry)
+from ddcl_theory.data import (  # noqa: F401 (lm_sources, hellaswag: their entries)
+    digest,
+    files,
+    hellaswag,
+    lm_sources,
+    paper_sources,
+)
 
 RECORD_SUFFIX = ".digest.json"
 ENSURE_PAPER = "python -m ddcl_theory.data ensure --paper"
