@@ -273,6 +273,7 @@ def test_a_chapters_digests_cover_its_decision_but_not_the_ledger_page_code():
     mods = reference.chapter_modules(repo_root() / "notebooks" / "peer_readouts.md")
     assert "ddcl_theory.ledger.decisions.peer_readouts" in mods      # it decides the verdict
     assert "ddcl_theory.ledger.stats" in mods                        # and its intervals
+    assert {"ddcl_theory.ledger.design", "ddcl_theory.ledger.verdict"} <= set(mods)  # its rule
     assert "ddcl_theory.experiments.peer_readouts.study" in mods
     assert not {"ddcl_theory.ledger.claims", "ddcl_theory.ledger.report"} & set(mods)
 
@@ -294,3 +295,56 @@ def test_a_tolerance_declaration_leaves_the_chapter_digest_and_code_or_prose_cha
     assert digest("", prose="Other text.\n") != plain
     chapter.write_text("Text.\n" + cell.format(decl="").replace("train()", "train(lr=10)"))
     assert reference.chapter_digest(chapter) != plain
+
+
+def _git(root: Path, *args: str) -> str:
+    import subprocess
+    return subprocess.run(["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t",
+                           *args], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_grown_coverage_is_added_only_for_modules_unchanged_since_the_run(tmp_path, monkeypatch):
+    source = _fake_checkout(tmp_path)
+    ledger = tmp_path / "ddcl_theory" / "ledger"
+    ledger.mkdir()
+    (ledger / "__init__.py").write_text("")
+    (ledger / "design.py").write_text("WORDS = 3\n")
+    (tmp_path / "ddcl_theory" / "experiments" / "foo.py").write_text(
+        "from ddcl_theory.layers import bar\nfrom ddcl_theory.ledger import design\n")
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", "-A")
+    _git(tmp_path, "commit", "-qm", "run")
+    run_commit = _git(tmp_path, "rev-parse", "HEAD")
+    narrow = tuple(d for d in reference.DECIDING if d != "ledger.design")
+    monkeypatch.setattr(reference, "DECIDING", narrow)          # the coverage at the run
+    folder = _reference_run(tmp_path, source, [{"id": "D1", "verdict": "proved"}])
+    prov_path = folder / "provenance" / "chap.json"
+    prov = json.loads(prov_path.read_text())
+    prov["git_commit"] = run_commit
+    prov_path.write_text(json.dumps(prov))
+    monkeypatch.undo()                                          # the coverage grows
+    assert any("ddcl_theory.ledger.design" in p for p in reference.stale(folder, tmp_path))
+
+    _git(tmp_path, "commit", "-q", "--allow-empty", "-m", "later")
+    lines = reference.extend_digests(folder, tmp_path)
+    assert lines == [f"reference/chap: added ddcl_theory.ledger.design (unchanged since "
+                     f"{run_commit[:12]})"]
+    assert reference.stale(folder, tmp_path) == []
+    prov = json.loads(prov_path.read_text())
+    assert set(prov["digests_added"]) == {"ddcl_theory.ledger.design"}
+    assert reference.extend_digests(folder, tmp_path) == []     # nothing more to add
+
+    # a module changed after the run is not vouched for
+    monkeypatch.setattr(reference, "DECIDING", narrow)
+    folder.joinpath("provenance", "chap.json").unlink()
+    reference.write_provenance(source, {"git_commit": run_commit}, 1.0,
+                               folder=folder / "provenance", root=tmp_path)
+    monkeypatch.undo()
+    (ledger / "design.py").write_text("WORDS = 4\n")
+    assert "changed since" in reference.extend_digests(folder, tmp_path)[0]   # in the checkout
+    _git(tmp_path, "commit", "-qam", "a new word")
+    assert "changed since" in reference.extend_digests(folder, tmp_path)[0]   # in a commit
+    # and a result whose recorded code moved is stale, not extended
+    (tmp_path / "ddcl_theory" / "layers" / "bar.py").write_text("X = 2\n")
+    assert "not extended, stale in ddcl_theory.layers.bar" in \
+        reference.extend_digests(folder, tmp_path)[0]

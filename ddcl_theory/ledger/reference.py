@@ -10,7 +10,9 @@ the library versions, the machine and the time the chapter took.
 A reference result is **stale** when the code it was computed with has changed since: a digest
 in its provenance no longer matches the checkout (:func:`stale`). ``make check-reference``
 (``python -m ddcl_theory.ledger.reference check``) lists them and fails; ``results_check`` prints
-them as notes.
+them as notes. When the modules counted as deciding grow, ``python -m
+ddcl_theory.ledger.reference extend`` adds the new modules' digests to the results whose runs
+they did not change (git shows each unchanged since the run's commit, :func:`extend_digests`).
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import json
 import os
 import platform
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -32,8 +35,10 @@ REFERENCE = "reference"
 #: ``runtime`` and ``ledger`` (how results are stored and shown) are left out.
 SCIENCE = ("experiments", "layers", "models", "theory", "metrics", "data", "functional", "bench")
 #: the ledger modules that turn a chapter's results into its verdicts (the decision of each
-#: chapter and the intervals): a change there changes a committed verdict as much as the science
-DECIDING = ("ledger.decisions", "ledger.stats", "ledger.resampling")
+#: chapter, the intervals, the three-way decision of a registered rule and the word helpers): a
+#: change there changes a committed verdict as much as the science
+DECIDING = ("ledger.decisions", "ledger.stats", "ledger.resampling", "ledger.design",
+            "ledger.verdict")
 PACKAGE = "ddcl_theory"
 
 
@@ -339,6 +344,57 @@ def stale(folder: Path | None = None, root: Path | None = None) -> list[str]:
     return problems
 
 
+def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True)
+
+
+def extend_digests(folder: Path | None = None, root: Path | None = None) -> list[str]:
+    """Add to each reference provenance the digests of modules its chapter's coverage
+    (:func:`chapter_modules`) names but the provenance lacks, once the coverage has grown (a
+    module newly counted as deciding). A digest is added only when git shows the module
+    unchanged between the run's commit and ``HEAD`` and not modified in the checkout; the names
+    added and the commit they were checked at go to ``digests_added``. A provenance with a
+    recorded digest that no longer matches is left alone (stale: rerun it). One line per
+    chapter touched or refused."""
+    root = root or repo_root()
+    if root is None:
+        raise RuntimeError("reference: run from a checkout")
+    folder = Path(folder) if folder is not None else reference_dir()
+    head = _git(root, "rev-parse", "HEAD").stdout.strip()
+    lines = []
+    for chapter, entry in read_reference(folder).items():
+        prov = entry["provenance"]
+        source = root / "notebooks" / f"{chapter}.md"
+        if prov is None or not isinstance(prov.get("digests"), dict) or not source.is_file():
+            continue
+        now, then = source_digests(source, root), prov["digests"]
+        moved = sorted(k for k in then if now.get(k) != then[k])
+        new = sorted(set(now) - set(then))
+        if not new:
+            continue
+        if moved:
+            lines.append(f"reference/{chapter}: not extended, stale in {', '.join(moved)}")
+            continue
+        commit = prov.get("git_commit") or ""
+        changed = []
+        for name in new:
+            path = str(_module_file(name, root).relative_to(root))
+            since = _git(root, "diff", "--quiet", commit, head, "--", path).returncode
+            local = _git(root, "diff", "--quiet", "HEAD", "--", path).returncode
+            if not commit or since != 0 or local != 0:
+                changed.append(name)
+        if changed:
+            lines.append(f"reference/{chapter}: not extended, {', '.join(changed)} changed "
+                         f"since {commit[:12] or 'its run'} (rerun it)")
+            continue
+        prov["digests"] = dict(sorted({**then, **{k: now[k] for k in new}}.items()))
+        prov["digests_added"] = {**prov.get("digests_added", {}), **{k: head for k in new}}
+        write_json(folder / "provenance" / f"{chapter}.json", prov)
+        lines.append(f"reference/{chapter}: added {', '.join(new)} (unchanged since "
+                     f"{commit[:12]})")
+    return lines
+
+
 def summary(folder: Path | None = None, root: Path | None = None) -> list[dict]:
     """One row per reference chapter for the ledger page: chapter, claims settled, commit
     (12 digits), seconds, torch and numpy versions, machine, and whether it is stale."""
@@ -403,10 +459,16 @@ def summary_markdown(rows: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="check the committed reference results")
-    parser.add_argument("command", choices=["check"])
+    parser.add_argument("command", choices=["check", "extend"],
+                        help="check: list stale results (exit 1 if any); extend: add the "
+                             "digests of newly covered modules that git shows unchanged since "
+                             "each run")
     parser.add_argument("--dir", type=Path, default=None,
                         help="the reference folder (default results/reference)")
     args = parser.parse_args(argv)
+    if args.command == "extend":
+        for line in extend_digests(args.dir):
+            print(line)
     problems = stale(args.dir)
     for p in problems:
         print(p)
