@@ -127,8 +127,10 @@ def iter_imagenette(split: str = "train") -> Iterator[tuple[str, bytes, int]]:
 _ADE_IMAGE = re.compile(r"^(?:.*/)?ADEChallengeData2016/images/(training|validation)/([^/]+)\.jpg$")
 
 
-def ade20k_pairs(split: str = "training") -> tuple[Path, list[tuple[str, str]]]:
-    """The verified ``ADEChallengeData2016.zip`` and its (image, annotation) member pairs.
+def ade20k_pairs(split: str = "training", archive: Path | None = None
+                 ) -> tuple[Path, list[tuple[str, str]]]:
+    """The verified ``ADEChallengeData2016.zip`` (or ``archive``, a file of its layout) and its
+    (image, annotation) member pairs.
 
     ``split`` is "training" (20,210 pairs) or "validation" (2,000); pairs sorted by image name.
     Images are ``images/<split>/<name>.jpg`` (RGB JPEG); annotations ``annotations/<split>/
@@ -137,7 +139,7 @@ def ade20k_pairs(split: str = "training") -> tuple[Path, list[tuple[str, str]]]:
     """
     if split not in ("training", "validation"):
         raise ValueError(f"split: expected 'training' or 'validation', got {split!r}")
-    path = _path("ade20k", "ADE20K")
+    path = Path(archive) if archive is not None else _path("ade20k", "ADE20K")
     with zipfile.ZipFile(path) as zf:
         names = set(zf.namelist())
     pairs = []
