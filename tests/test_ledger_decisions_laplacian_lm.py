@@ -149,16 +149,19 @@ def test_the_matched_cdnv_reads_both_arms_at_the_worse_arms_best_loss():
 def test_the_lead_moves_only_when_its_estimates_move_one_way_past_the_first_interval():
     shrinking = {"250 steps": [-0.101, -0.132, -0.070], "500 steps": [-0.089, -0.118, -0.061],
                  "1000 steps": [-0.026, -0.032, -0.019]}
-    assert d._lead_moves(shrinking) == "shrinks with training"
+    assert d._lead_moves(shrinking) == "the Laplacian arm's lead shrinks with training"
     rising = dict(zip(shrinking, reversed(list(shrinking.values()))))
-    assert d._lead_moves(rising) == "grows with training"          # more negative: a larger lead
+    assert d._lead_moves(rising) == \
+        "the Laplacian arm's lead grows with training"             # more negative: a larger lead
+    behind = {k: [-v[0], -v[2], -v[1]] for k, v in shrinking.items()}   # Laplacian worse
+    assert d._lead_moves(behind) == "the Laplacian arm's deficit shrinks with training"
     zigzag = {"50 steps": [-0.197, -0.258, -0.135], "100 steps": [-0.258, -0.364, -0.152],
               "200 steps": [-0.201, -0.374, -0.027]}
-    assert d._lead_moves(zigzag) == "shows no clear direction"
+    assert d._lead_moves(zigzag) == "the Laplacian arm's lead shows no clear direction"
     within = {"a": [-0.10, -0.20, -0.01], "b": [-0.12, -0.22, -0.02]}   # inside the first interval
-    assert d._lead_moves(within) == "shows no clear direction"
+    assert d._lead_moves(within) == "the Laplacian arm's lead shows no clear direction"
     assert d._lead_moves({"a": [-0.1, -0.1, -0.1], "b": [-0.2, -0.2, -0.2]}) == \
-        "reads no direction from one seed"
+        "the Laplacian arm's lead reads no direction from one seed"
 
 
 def test_power_is_spoken_of_only_for_an_undecided_test():

@@ -171,11 +171,19 @@ def _power_text(rule, tests: Sequence[TestResult], labels: Sequence[str]) -> str
 
 def _lead_moves(trend: dict[str, list[float]]) -> str:
     """How the Laplacian arm's lead (none - Laplacian held-out loss, the loss gap's negative)
-    moves with training, from the gap's trend ``{length: [estimate, low, high]}``:
-    :func:`~ddcl_theory.ledger.decisions.dense_features.trend_direction` of the lead."""
-    lead = {k: [-est, -high, -low] for k, (est, low, high) in trend.items()}
-    direction = trend_direction(lead)
-    return f"{direction} with training" if direction in ("grows", "shrinks") else direction
+    moves with training, from the gap's trend ``{length: [estimate, low, high]}``, by
+    :func:`~ddcl_theory.ledger.decisions.dense_features.trend_direction`; where the Laplacian
+    arm is behind at every length, its deficit is read instead (so "grows" is never said of a
+    lead that is negative)."""
+    behind = all(est > 0 for est, _, _ in trend.values())
+    if behind:
+        direction, what = trend_direction(trend), "deficit"
+    else:
+        direction = trend_direction({k: [-e, -h, -lo] for k, (e, lo, h) in trend.items()})
+        what = "lead"
+    if direction in ("grows", "shrinks"):
+        return f"the Laplacian arm's {what} {direction} with training"
+    return f"the Laplacian arm's {what} {direction}"
 
 
 # ------------------------------------------------------------------------------- L9
@@ -209,7 +217,7 @@ def decide_l9(study) -> Verdict:
         f"{heldout[base_arm]:.3f}, Laplacian {heldout[lap_arm]:.3f} nats/char; Laplacian - "
         f"none {_iv(loss_t)} ({_word_text(loss_t)}). "
         + "By length: " + "; ".join(f"{_iv(r[0])} at {label}" for label, r in per_scale.items())
-        + f" (the Laplacian arm's lead {moves}). CDNV of the held-out tokens at the optimum: none "
+        + f" ({moves}). CDNV of the held-out tokens at the optimum: none "
         f"{cdnv[base_arm]:.3g}, Laplacian {cdnv[lap_arm]:.3g}; relative change "
         f"{_iv(cdnv_t, 100, '+.1f')}% ({_word_text(cdnv_t)}). Beside: at a matched validation loss "
         f"(mean {level.mean():.3f} nats/char) {_iv(matched_t, 100, '+.1f')}% "
