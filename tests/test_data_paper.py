@@ -174,10 +174,11 @@ def _tiny_fineweb() -> bytes:
 
 FINEWEB_DOCS = ["The cat sat on the mat.", "A second document,\nwith two lines.", "Third."]
 HELLASWAG_ROWS = [
-    {"ind": 0, "ctx_a": "A man holds a rope.", "ctx_b": "he", "label": 2,
+    {"ind": 0, "activity_label": "Rope climbing", "ctx_a": "A man holds a rope.", "ctx_b": "he",
+     "label": 2,
      "endings": ["sings.", "swims.", "climbs the rope.", "sleeps."], "source_id": "a"},
-    {"ind": 1, "ctx_a": "[header] How to bake [title] Heat the oven.", "ctx_b": "mix the flour",
-     "label": 0, "endings": ["and water.", "b.", "c.", "d."], "source_id": "b"}]
+    {"ind": 1, "activity_label": "Baking", "ctx_a": "[header] How to bake [title] Heat the oven.",
+     "ctx_b": "mix the flour", "label": 0, "endings": ["and water.", "b.", "c.", "d."], "source_id": "b"}]
 
 
 @dataclass
@@ -554,7 +555,7 @@ def test_hellaswag_is_the_committed_file_checked_by_its_git_blob_hash(monkeypatc
     assert report.ok and hellaswag.hellaswag_file().read_bytes() == tiny.archives["hellaswag"]
     items = hellaswag.read_items(hellaswag.hellaswag_file())
     assert [it.label for it in items] == [2, 0] and items[0].endings[2] == "climbs the rope."
-    assert items[1].context == "How to bake. Heat the oven. Mix the flour"
+    assert items[1].context == "Baking: How to bake. Heat the oven. Mix the flour"
     # a file other than the committed one fails the blob hash and is deleted
     (registry / "hellaswag_val.jsonl").unlink()
     for stale in registry.rglob("hellaswag_val.jsonl*"):

@@ -83,16 +83,16 @@ def _encode(text: str) -> list[int]:
     return [0 if c == " " else "abcdefghij".index(c) + 1 for c in text]
 
 
-def test_the_accuracies_read_the_argmax_by_total_and_by_byte():
+def test_the_accuracies_read_the_argmax_by_total_and_per_character():
     model = Bigram(1)
     items = _items()
     score = downstream.score_items(model, _encode, items, block_size=16)
-    assert score.logprob.shape == score.per_byte.shape == (len(items), 4) and score.n == len(items)
+    assert score.logprob.shape == score.per_char.shape == (len(items), 4) and score.n == len(items)
     for i, item in enumerate(items):
         want = [_by_hand(model.table.detach(), _encode(item.context), _encode(" " + e))
                 for e in item.endings]
         np.testing.assert_allclose(score.logprob[i], want, rtol=1e-6)
-        lengths = [len(" " + e) for e in item.endings]
+        lengths = [len(e) for e in item.endings]           # the harness's acc_norm
         assert score.correct[i] == (int(np.argmax(want)) == item.label)
         assert score.correct_norm[i] == (int(np.argmax(np.array(want) / lengths)) == item.label)
     assert score.accuracy == pytest.approx(score.correct.mean())
@@ -102,7 +102,7 @@ def test_the_accuracies_read_the_argmax_by_total_and_by_byte():
         downstream.score_items(model, _encode, [], block_size=16)
 
 
-def test_uniform_logits_favour_the_shortest_ending_in_total_and_none_per_byte():
+def test_uniform_logits_favour_the_shortest_ending_in_total_and_the_longest_per_character():
     items = _items(20, seed=3)
 
     class Uniform(nn.Module):
@@ -110,9 +110,11 @@ def test_uniform_logits_favour_the_shortest_ending_in_total_and_none_per_byte():
             return torch.zeros(*idx.shape, VOCAB)
 
     score = downstream.score_items(Uniform(), _encode, items, block_size=16)
-    shortest = np.array([np.argmin([len(e) for e in it.endings]) for it in items])
-    assert np.array_equal(score.logprob.argmax(1), shortest)
-    np.testing.assert_allclose(score.per_byte, np.full((20, 4), -np.log(VOCAB)))   # one byte a token
+    lengths = np.array([[len(e) for e in it.endings] for it in items])
+    assert np.array_equal(score.logprob.argmax(1), lengths.argmin(1))
+    # one token per character and one for the leading space: -(n + 1) log V over n characters
+    np.testing.assert_allclose(score.per_char, -np.log(VOCAB) * (lengths + 1) / lengths)
+    assert np.array_equal(score.per_char.argmax(1), lengths.argmax(1))
 
 
 # ----------------------------------------------------------------------------------- the reader
@@ -122,17 +124,22 @@ ROW = {"ind": 24, "activity_label": "Roof shingle removal", "ctx_a": "A man is s
        "endings": ["is using wrap to wrap a pair of skis.", "is ripping level tiles off.",
                    "is holding a rubik's cube.", "starts pulling up roofing on a roof."],
        "source_id": "activitynet~v_-JhWjGDPHMY"}
-WIKIHOW = dict(ROW, ind=7, ctx_a="[header] How to fold a shirt [title] Lay it flat.",
-               ctx_b="smooth  the sleeves", endings=["[step] Fold it.", "b", "c", "d"], label="0")
+WIKIHOW = dict(ROW, ind=7, activity_label="Fold a shirt",
+               ctx_a="[header] How to fold a shirt [title] Lay it flat.",
+               ctx_b="smooth  the McKinley sleeves", endings=["[step] Fold it.", "b", "c", "d"],
+               label="0")
 
 
 def test_the_reader_joins_and_cleans_the_context_and_endings(tmp_path):
     path = tmp_path / "val.jsonl"
     path.write_text(json.dumps(ROW) + "\n\n" + json.dumps(WIKIHOW) + "\n", encoding="utf-8")
     first, second = hellaswag.read_items(path)
-    assert first.context == "A man is sitting on a roof. He" and first.label == 3
+    # the harness's query: "<activity label>: <ctx_a> <ctx_b capitalised>", then cleaned
+    assert first.context == "Roof shingle removal: A man is sitting on a roof. He"
+    assert first.label == 3
     assert first.endings[3] == "starts pulling up roofing on a roof." and first.ind == 24
-    assert second.context == "How to fold a shirt. Lay it flat. Smooth the sleeves"
+    assert second.context == ("Fold a shirt: How to fold a shirt. Lay it flat. Smooth the "
+                              "mckinley sleeves")
     assert second.endings[0] == "Fold it." and second.label == 0
     assert hellaswag.read_items(path, limit=1) == [first]
 

@@ -320,7 +320,7 @@ def test_grown_coverage_is_added_only_for_modules_unchanged_since_the_run(tmp_pa
     folder = _reference_run(tmp_path, source, [{"id": "D1", "verdict": "proved"}])
     prov_path = folder / "provenance" / "chap.json"
     prov = json.loads(prov_path.read_text())
-    prov["git_commit"] = run_commit
+    prov["git_commit"], prov["git_dirty"] = run_commit, False
     prov_path.write_text(json.dumps(prov))
     monkeypatch.undo()                                          # the coverage grows
     assert any("ddcl_theory.ledger.design" in p for p in reference.stale(folder, tmp_path))
@@ -337,7 +337,7 @@ def test_grown_coverage_is_added_only_for_modules_unchanged_since_the_run(tmp_pa
     # a module changed after the run is not vouched for
     monkeypatch.setattr(reference, "DECIDING", narrow)
     folder.joinpath("provenance", "chap.json").unlink()
-    reference.write_provenance(source, {"git_commit": run_commit}, 1.0,
+    reference.write_provenance(source, {"git_commit": run_commit, "git_dirty": False}, 1.0,
                                folder=folder / "provenance", root=tmp_path)
     monkeypatch.undo()
     (ledger / "design.py").write_text("WORDS = 4\n")
@@ -348,3 +348,37 @@ def test_grown_coverage_is_added_only_for_modules_unchanged_since_the_run(tmp_pa
     (tmp_path / "ddcl_theory" / "layers" / "bar.py").write_text("X = 2\n")
     assert "not extended, stale in ddcl_theory.layers.bar" in \
         reference.extend_digests(folder, tmp_path)[0]
+
+
+def test_grown_coverage_is_not_vouched_for_a_dirty_run_or_an_untracked_module(tmp_path,
+                                                                              monkeypatch):
+    source = _fake_checkout(tmp_path)
+    ledger = tmp_path / "ddcl_theory" / "ledger"
+    ledger.mkdir()
+    (ledger / "__init__.py").write_text("")
+    (tmp_path / "ddcl_theory" / "experiments" / "foo.py").write_text(
+        "from ddcl_theory.layers import bar\nfrom ddcl_theory.ledger import design\n")
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", "-A")
+    _git(tmp_path, "commit", "-qm", "run")                    # design.py not committed
+    commit = _git(tmp_path, "rev-parse", "HEAD")
+    (ledger / "design.py").write_text("WORDS = 3\n")          # untracked at the run and now
+    narrow = tuple(d for d in reference.DECIDING if d != "ledger.design")
+
+    def provenance(dirty: bool) -> Path:
+        monkeypatch.setattr(reference, "DECIDING", narrow)
+        folder = tmp_path / "results" / "reference"
+        if not (folder / "verdicts").is_dir():
+            (folder / "verdicts").mkdir(parents=True)
+            (folder / "verdicts" / "chap.json").write_text(json.dumps([]))
+        reference.write_provenance(source, {"git_commit": commit, "git_dirty": dirty}, 1.0,
+                                   folder=folder / "provenance", root=tmp_path)
+        monkeypatch.undo()
+        return folder
+
+    folder = provenance(dirty=False)
+    assert "changed since" in reference.extend_digests(folder, tmp_path)[0]
+    _git(tmp_path, "add", "-A")
+    _git(tmp_path, "commit", "-qm", "design tracked now")
+    folder = provenance(dirty=True)
+    assert "not tied to a clean commit" in reference.extend_digests(folder, tmp_path)[0]

@@ -9,10 +9,10 @@ module is imported (as ``make data PROFILE=paper`` does), apart from that catalo
 reason :mod:`ddcl_theory.data.lm_sources` gives.
 
 Each item is a context and four endings, one of them the true continuation
-(:class:`HellaSwagItem`); :func:`read_items` applies the usual clean-up of the WikiHow items
-(bracketed markers dropped, ``" [title]"`` made a sentence break) and joins the two context
-parts as the common evaluation harnesses do. Scoring lives in
-:mod:`ddcl_theory.experiments.downstream`.
+(:class:`HellaSwagItem`); :func:`read_items` builds each context as lm-evaluation-harness
+does, ``"<activity label>: <ctx_a> <ctx_b capitalised>"``, with its clean-up of the WikiHow
+items (bracketed markers dropped, ``" [title]"`` made a sentence break), so scores compare with
+published ones. Scoring lives in :mod:`ddcl_theory.experiments.downstream`.
 """
 from __future__ import annotations
 
@@ -90,7 +90,8 @@ def clean(text: str) -> str:
 
 
 def _item(row: dict, where: str) -> HellaSwagItem:
-    missing = [k for k in ("ctx_a", "ctx_b", "endings", "label") if k not in row]
+    missing = [k for k in ("activity_label", "ctx_a", "ctx_b", "endings", "label")
+               if k not in row]
     if missing:
         raise ValueError(f"{where}: expected a HellaSwag item, missing {missing}")
     endings = row["endings"]
@@ -102,9 +103,8 @@ def _item(row: dict, where: str) -> HellaSwagItem:
         label = int(label)
     if not (isinstance(label, int) and not isinstance(label, bool) and 0 <= label < ENDINGS):
         raise ValueError(f"{where}: label: expected an int in [0, {ENDINGS}), got {label!r}")
-    ctx_b = str(row["ctx_b"])
-    context = clean(f"{row['ctx_a']} {ctx_b[:1].upper() + ctx_b[1:]}")
-    return HellaSwagItem(context, tuple(clean(e) for e in endings), label,
+    query = f"{row['activity_label']}: {row['ctx_a']} {str(row['ctx_b']).capitalize()}"
+    return HellaSwagItem(clean(query), tuple(clean(e) for e in endings), label,
                          int(row.get("ind", -1)), str(row.get("source_id", "")))
 
 

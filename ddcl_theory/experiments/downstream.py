@@ -3,9 +3,9 @@
 Each item (:class:`~ddcl_theory.data.hellaswag.HellaSwagItem`) is a context and four endings.
 The model scores every ending by the log-probability of its tokens after the context
 (:func:`ending_logprobs`, the four in one batch); the item counts as right when the true ending
-scores highest, by the total log-probability (``accuracy``) and by the log-probability per byte
-of the ending (``accuracy_norm``, which does not favour short endings; the figure evaluation
-harnesses usually report for HellaSwag). Chance is 0.25.
+scores highest, by the total log-probability (``accuracy``) and by the log-probability per
+character of the ending (``accuracy_norm``, which does not favour short endings; the
+lm-evaluation-harness's ``acc_norm``, the figure usually reported for HellaSwag). Chance is 0.25.
 
     >>> from ddcl_theory.data import hellaswag, lm_corpus, paper
     >>> tok = lm_corpus.bpe_tokenizer(*paper.gpt2_bpe_files())
@@ -33,11 +33,11 @@ __all__ = ["DownstreamScore", "ending_logprobs", "score_items"]
 
 @dataclass(frozen=True)
 class DownstreamScore:
-    """Per item: ``logprob`` (n, 4) total log-probability of each ending, ``per_byte`` (n, 4)
-    the same over the ending's UTF-8 bytes, ``label`` (n,) the true ending."""
+    """Per item: ``logprob`` (n, 4) total log-probability of each ending, ``per_char`` (n, 4)
+    the same over the ending's characters, ``label`` (n,) the true ending."""
 
     logprob: np.ndarray
-    per_byte: np.ndarray
+    per_char: np.ndarray
     label: np.ndarray
 
     @property
@@ -51,8 +51,8 @@ class DownstreamScore:
 
     @property
     def correct_norm(self) -> np.ndarray:
-        """(n,) bool: the true ending has the highest log-probability per byte."""
-        return self.per_byte.argmax(1) == self.label
+        """(n,) bool: the true ending has the highest log-probability per character."""
+        return self.per_char.argmax(1) == self.label
 
     @property
     def accuracy(self) -> float:
@@ -107,15 +107,15 @@ def score_items(model: torch.nn.Module, encode: Callable[[str], list[int]],
                 device: str | torch.device = "cpu", desc: str = "HellaSwag"
                 ) -> DownstreamScore:
     """Score every item (:func:`ending_logprobs`; each ending encoded with a leading space, as
-    it follows the context in running text). ``model`` is put in eval mode."""
+    it follows the context in running text; an empty ending counts one character in
+    ``per_char``). ``model`` is put in eval mode."""
     if not items:
         raise ValueError("items: expected at least one HellaSwag item")
     model.eval()
     logprob = np.zeros((len(items), len(items[0].endings)))
-    per_byte = np.zeros_like(logprob)
+    per_char = np.zeros_like(logprob)
     for i, item in enumerate(progress(items, desc=desc)):
         endings = [encode(" " + e) for e in item.endings]
         logprob[i] = ending_logprobs(model, encode(item.context), endings, block_size, device)
-        per_byte[i] = logprob[i] / np.array([max(len((" " + e).encode()), 1)
-                                             for e in item.endings])
-    return DownstreamScore(logprob, per_byte, np.array([it.label for it in items]))
+        per_char[i] = logprob[i] / np.array([max(len(e), 1) for e in item.endings])
+    return DownstreamScore(logprob, per_char, np.array([it.label for it in items]))

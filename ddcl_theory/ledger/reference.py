@@ -351,9 +351,10 @@ def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
 def extend_digests(folder: Path | None = None, root: Path | None = None) -> list[str]:
     """Add to each reference provenance the digests of modules its chapter's coverage
     (:func:`chapter_modules`) names but the provenance lacks, once the coverage has grown (a
-    module newly counted as deciding). A digest is added only when git shows the module
-    unchanged between the run's commit and ``HEAD`` and not modified in the checkout; the names
-    added and the commit they were checked at go to ``digests_added``. A provenance with a
+    module newly counted as deciding). A digest is added only when the run was made from a
+    clean commit and the module's file in the checkout is, byte for byte, the one in that
+    commit (git's blob hashes; an untracked or edited file fails); the names added and the
+    ``HEAD`` they were checked at go to ``digests_added``. A provenance with a
     recorded digest that no longer matches is left alone (stale: rerun it). One line per
     chapter touched or refused."""
     root = root or repo_root()
@@ -376,12 +377,17 @@ def extend_digests(folder: Path | None = None, root: Path | None = None) -> list
             lines.append(f"reference/{chapter}: not extended, stale in {', '.join(moved)}")
             continue
         commit = prov.get("git_commit") or ""
+        if not commit or prov.get("git_dirty") is not False:
+            lines.append(f"reference/{chapter}: not extended, its run is not tied to a clean "
+                         f"commit (rerun it)")
+            continue
         changed = []
         for name in new:
-            path = str(_module_file(name, root).relative_to(root))
-            since = _git(root, "diff", "--quiet", commit, head, "--", path).returncode
-            local = _git(root, "diff", "--quiet", "HEAD", "--", path).returncode
-            if not commit or since != 0 or local != 0:
+            path = _module_file(name, root)
+            rel = path.relative_to(root).as_posix()
+            then_blob = _git(root, "rev-parse", "--verify", "-q", f"{commit}:{rel}")
+            now_blob = _git(root, "hash-object", str(path))
+            if then_blob.returncode != 0 or then_blob.stdout.strip() != now_blob.stdout.strip():
                 changed.append(name)
         if changed:
             lines.append(f"reference/{chapter}: not extended, {', '.join(changed)} changed "
