@@ -14,6 +14,7 @@ import torch
 from PIL import Image
 
 from ddcl_theory.data import ade20k
+from ddcl_theory.data.array_cache import CachedArraysError
 from ddcl_theory.experiments import ade20k_probe as probe
 
 ROOT = "ADEChallengeData2016"
@@ -87,14 +88,14 @@ def test_the_arrays_are_made_once_and_held_to_their_record(tmp_path):
     assert len(first) == 1 and (folder / "validation-16-1.npz").is_file()
 
     np.savez(made, images=seg.images, labels=np.zeros_like(seg.labels))
-    with pytest.raises(ade20k.ADE20KError, match="fail their record's digest"):
+    with pytest.raises(CachedArraysError, match="fail their record's digest"):
         ade20k.ade20k_arrays("training", 16, archive=archive, folder=folder)
     os.utime(archive, ns=(1, 1))
-    with pytest.raises(ade20k.ADE20KError, match="delete it to rebuild"):
+    with pytest.raises(CachedArraysError, match="delete it to rebuild"):
         ade20k.ade20k_arrays("training", 16, archive=archive, folder=folder)
     record = made.with_name(made.name + ".json")
     record.write_text(json.dumps({"source": {}}))
-    with pytest.raises(ade20k.ADE20KError, match="no usable record"):
+    with pytest.raises(CachedArraysError, match="no usable record"):
         ade20k.ade20k_arrays("training", 16, archive=archive, folder=folder)
     with pytest.raises(ValueError, match="limit: expected None or an int >= 1"):
         ade20k.ade20k_arrays("training", 16, 0, archive=archive, folder=folder)

@@ -14,9 +14,6 @@ the arrays' digest, then checked and read back.
 from __future__ import annotations
 
 import io
-import json
-import os
-import tempfile
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,18 +21,14 @@ from pathlib import Path
 
 import numpy as np
 
+from ddcl_theory.data.array_cache import archive_source, cached_arrays
 from ddcl_theory.data.cache import cache_dir
-from ddcl_theory.data.digest import arrays_digest
 from ddcl_theory.runtime.progress import progress
 
-__all__ = ["NUM_CLASSES", "SegmentationSet", "ADE20KError", "decode_pair", "ade20k_arrays"]
+__all__ = ["NUM_CLASSES", "SegmentationSet", "square", "decode_pair", "ade20k_arrays"]
 
 #: ADE20K's scene-parsing classes (ids 1..150; 0 is unlabelled).
 NUM_CLASSES = 150
-
-
-class ADE20KError(RuntimeError):
-    """A cached array file that does not match its record or its archive."""
 
 
 @dataclass(frozen=True)
@@ -52,7 +45,7 @@ class SegmentationSet:
         return int(self.images.shape[0])
 
 
-def _square(img, size: int, resample):
+def square(img, size: int, resample):
     """Shorter side to ``size``, then the central ``size`` x ``size`` square (a PIL image)."""
     w, h = img.size
     scale = size / min(w, h)
@@ -76,8 +69,8 @@ def decode_pair(image: bytes, annotation: bytes, size: int) -> tuple[np.ndarray,
     if lab.size != img.size:
         raise ValueError(f"annotation: expected the image's size {img.size}, got {lab.size}")
     lab = Image.fromarray(np.asarray(lab, dtype=np.uint8))
-    return (np.asarray(_square(img, size, Image.BILINEAR), dtype=np.uint8),
-            np.asarray(_square(lab, size, Image.NEAREST), dtype=np.uint8))
+    return (np.asarray(square(img, size, Image.BILINEAR), dtype=np.uint8),
+            np.asarray(square(lab, size, Image.NEAREST), dtype=np.uint8))
 
 
 def _decode_all(archive: Path, pairs: Sequence[tuple[str, str]], size: int, split: str
@@ -88,7 +81,7 @@ def _decode_all(archive: Path, pairs: Sequence[tuple[str, str]], size: int, spli
         for i, (im, an) in enumerate(progress(pairs, desc=f"ADE20K {split}")):
             images[i], labels[i] = decode_pair(zf.read(im), zf.read(an), size)
     if labels.max(initial=0) > NUM_CLASSES:
-        raise ADE20KError(f"{archive.name}: a label above {NUM_CLASSES}: not ADE20K's 150 "
+        raise ValueError(f"{archive.name}: a label above {NUM_CLASSES}: not ADE20K's 150 "
                           f"classes")
     return images, labels
 
@@ -98,8 +91,7 @@ def ade20k_arrays(split: str = "training", size: int = 224, limit: int | None = 
     """The first ``limit`` pairs (all when None) of ``split`` ("training": 20,210;
     "validation": 2,000) as a :class:`SegmentationSet`, made once into ``folder`` (default
     ``<cache>/ade20k``) from ``archive`` (default the verified download), then read back,
-    checked against its record (the archive's name, size and modification time, the split,
-    size and count, and the arrays' digest)."""
+    checked against its record (:func:`~ddcl_theory.data.array_cache.cached_arrays`)."""
     from ddcl_theory.data import paper
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
                               or limit < 1):
@@ -108,41 +100,13 @@ def ade20k_arrays(split: str = "training", size: int = 224, limit: int | None = 
     pairs = pairs[:limit] if limit is not None else pairs
     if not pairs:
         raise ValueError(f"split: {Path(archive).name} holds no {split} pair")
-    stat = Path(archive).stat()
-    source = {"archive": Path(archive).name, "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns,
-              "split": split, "size": size, "n": len(pairs)}
+    source = archive_source(archive, split=split, size=size, n=len(pairs))
     folder = Path(folder) if folder is not None else cache_dir() / "ade20k"
-    out = folder / f"{split}-{size}-{len(pairs)}.npz"
-    record_path = out.with_name(out.name + ".json")
-    names = tuple(im for im, _ in pairs)
-    if out.exists():
-        try:
-            record = json.loads(record_path.read_text(encoding="utf-8"))
-            want = record["digest"]
-        except (OSError, ValueError, KeyError, TypeError) as err:
-            raise ADE20KError(f"{out}: no usable record {record_path.name} ({err}); delete it "
-                              f"to rebuild") from err
-        if record.get("source") != source:
-            raise ADE20KError(f"{out}: made from {record.get('source')}, not {source}; "
-                              f"delete it to rebuild")
-        with np.load(out) as z:
-            arrays = {"images": z["images"], "labels": z["labels"]}
-        if arrays_digest(arrays) != want:
-            raise ADE20KError(f"{out}: its arrays fail their record's digest; delete it to "
-                              f"rebuild")
-        return SegmentationSet(arrays["images"], arrays["labels"], names, split)
-    images, labels = _decode_all(Path(archive), pairs, size, split)
-    folder.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".npz")
-    os.close(fd)
-    try:
-        np.savez(tmp, images=images, labels=labels)
-        record = {"source": source, "digest": arrays_digest({"images": images,
-                                                              "labels": labels})}
-        record_path.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-        os.replace(tmp, out)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return SegmentationSet(images, labels, names, split)
 
+    def make() -> dict[str, np.ndarray]:
+        images, labels = _decode_all(Path(archive), pairs, size, split)
+        return {"images": images, "labels": labels}
+
+    arrays = cached_arrays(folder / f"{split}-{size}-{len(pairs)}.npz", source, make)
+    return SegmentationSet(arrays["images"], arrays["labels"], tuple(im for im, _ in pairs),
+                           split)

@@ -104,15 +104,18 @@ _IMAGENETTE_MEMBER = re.compile(r"(?:^|/)imagenette2-160/(train|val)/(n\d{8})/[^
                                 re.IGNORECASE)
 
 
-def iter_imagenette(split: str = "train") -> Iterator[tuple[str, bytes, int]]:
+def iter_imagenette(split: str = "train", archive: Path | None = None
+                    ) -> Iterator[tuple[str, bytes, int]]:
     """(member name, JPEG bytes, label) of every image of ``split`` ("train" or "val").
 
-    One sequential pass over the verified ``imagenette2-160.tgz`` (shorter side 160 px), archive
-    order; ``label`` indexes :data:`IMAGENETTE_WNIDS`. 9,469 train and 3,925 val images.
+    One sequential pass over the verified ``imagenette2-160.tgz`` (or ``archive``, a file of its
+    layout; shorter side 160 px), archive order; ``label`` indexes :data:`IMAGENETTE_WNIDS`.
+    9,469 train and 3,925 val images.
     """
     if split not in ("train", "val"):
         raise ValueError(f"split: expected 'train' or 'val', got {split!r}")
-    with tarfile.open(_path("imagenette", "Imagenette (160 px)"), "r:gz") as tar:
+    path = Path(archive) if archive is not None else _path("imagenette", "Imagenette (160 px)")
+    with tarfile.open(path, "r:gz") as tar:
         for member in tar:
             m = _IMAGENETTE_MEMBER.search(member.name)
             if not member.isfile() or m is None or m.group(1) != split:
