@@ -1,5 +1,5 @@
-"""The recipe check of the prepared GPU check: both paper-scale recipes take timed steps and
-report their speed and memory (here at the cpu profile's shapes)."""
+"""The recipe check of the prepared GPU check: the three paper-scale recipes take timed steps
+and report their speed and memory (here at the cpu profile's shapes)."""
 from __future__ import annotations
 
 import json
@@ -15,7 +15,7 @@ def test_the_timing_runs_under_the_paper_profile(monkeypatch, tmp_path):
     report = tmp_path / "r.json"
     assert recipe_check.main(["--device", "cpu", "--steps", "1", "--small",
                               "--report", str(report)]) == 0
-    assert [r["bf16"] for r in json.loads(report.read_text())["recipes"]] == [True, True]
+    assert [r["bf16"] for r in json.loads(report.read_text())["recipes"]] == [True] * 3
 
 
 def test_both_recipes_are_timed_and_reported(tmp_path, capsys):
@@ -23,12 +23,13 @@ def test_both_recipes_are_timed_and_reported(tmp_path, capsys):
     assert recipe_check.main(["--device", "cpu", "--steps", "1", "--small",
                               "--report", str(report)]) == 0
     rows = json.loads(report.read_text())["recipes"]
-    assert [r["recipe"] for r in rows] == ["deit", "gpt2"]
+    assert [r["recipe"] for r in rows] == ["deit", "gpt2", "dino"]
     for r in rows:
         assert r["seconds_per_step"] > 0 and r["examples_per_second"] > 0 and r["peak_mib"] > 0
     assert rows[0]["seeds"] == 2 and rows[0]["hours_per_stack"] > 0
-    assert [r["bf16"] for r in rows] == [False, False]            # bf16 on CUDA only
+    assert rows[2]["hours_per_arm"] > 0 and rows[2]["batch"] == 8
+    assert [r["bf16"] for r in rows] == [False] * 3               # bf16 on CUDA only
     out = capsys.readouterr().out
-    assert out.count("recipe_check:") == 2 and "ms/step" in out
+    assert out.count("recipe_check:") == 3 and "h an arm for the schedule" in out
     with pytest.raises(SystemExit):
         recipe_check.main(["--steps", "0", "--small"])

@@ -3,14 +3,15 @@
     python -m ddcl_theory.experiments.recipe_check [--device cuda] [--steps N] [--report FILE]
                                                    [--small]
 
-Times optimiser steps of the two paper-scale recipes that no chapter runs yet, on random data
-of their shapes: the DeiT-style ViT-S of L6-L8 (:mod:`ddcl_theory.experiments.deit_recipe`:
-crops, flips, mixup or cutmix, AdamW, the seeds of a setting stacked) and GPT-2 small with 5
-Laplacian heads of L9 (:mod:`ddcl_theory.experiments.gpt2_recipe`). Each: one warm-up step, then
+Times optimiser steps of the three paper-scale recipes that no chapter runs yet, on random
+data of their shapes: the DeiT-style ViT-S of L6-L8 (:mod:`ddcl_theory.experiments.deit_recipe`:
+crops, flips, mixup or cutmix, AdamW, the seeds of a setting stacked), GPT-2 small with 5
+Laplacian heads of L9 (:mod:`ddcl_theory.experiments.gpt2_recipe`) and the DINO+iBOT ViT-S/16
+of L10 (:mod:`ddcl_theory.experiments.dino_recipe`: two views, masks, the teacher's EMA). Each: one warm-up step, then
 ``--steps`` timed steps (one device synchronisation around them), under bf16 autocast on CUDA.
 It prints and records the seconds per step, examples (images or tokens) per second, the peak
 device memory (CUDA) or the process's peak resident set (CPU), and, for the ViT, the hours of
-one stack's full schedule at that speed. ``--small`` runs the cpu profile's shapes instead (the
+one stack's full schedule at that speed (for DINO, one arm's). ``--small`` runs the cpu profile's shapes instead (the
 plumbing check of the tests). Part of the prepared GPU check (``scripts/gpu_check.sh``).
 """
 from __future__ import annotations
@@ -27,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from ddcl_theory.data import augment
-from ddcl_theory.experiments import deit_recipe, gpt2_recipe
+from ddcl_theory.experiments import deit_recipe, dense_features, dino_recipe, gpt2_recipe
 from ddcl_theory.runtime.precision import amp_enabled, autocast
 from ddcl_theory.models.hf_vit import draw_drop_scale, drop_path_rates
 from ddcl_theory.runtime.stacked import StackedModels
@@ -36,6 +37,8 @@ __all__ = ["time_deit", "time_gpt2", "main"]
 
 #: Training images of the largest ViT setting (CIFAR-100 less its validation split).
 DEIT_IMAGES = 49_000
+#: Imagenette's training images, DINO's pre-training set.
+DINO_IMAGES = 9_469
 
 
 def _peak_mib(device: str) -> float:
@@ -115,6 +118,41 @@ def time_gpt2(device: str, steps: int, *, batch: int = 8, shapes=None) -> dict:
             "peak_mib": _peak_mib(device)}
 
 
+def time_dino(device: str, steps: int, *, recipe=None) -> dict:
+    """DINO+iBOT (all heads Laplacian): two augmented views, iBOT masks, the teacher's EMA
+    step, one batch a step."""
+    from ddcl_theory.models.dino import DenseViT, SelfDistillation, random_masks
+    recipe = recipe or dino_recipe.DinoRecipe.from_profile()
+    r = recipe
+    student = DenseViT(r.tokens, 3 * r.patch ** 2, dim=r.dim, depth=r.depth, heads=r.heads,
+                       laplacian_heads=r.heads, mlp_ratio=r.mlp_ratio)
+    pair = SelfDistillation(student, r.out_dim, momentum=r.momentum).to(device)
+    opt = torch.optim.AdamW([*pair.student.parameters(), *pair.student_head.parameters()],
+                            lr=1e-4)
+    x = torch.randn(r.batch_size, 3, r.image_size, r.image_size, device=device)
+    gen = torch.Generator().manual_seed(0)
+
+    def step() -> None:
+        a, b = dense_features.two_views(x, gen)
+        masks = random_masks(2 * r.batch_size, r.tokens, gen).to(device)
+        with autocast(device):
+            loss = pair(dense_features.to_patches(a, r.patch),
+                        dense_features.to_patches(b, r.patch), masks[:r.batch_size],
+                        masks[r.batch_size:])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        pair.update_teacher()
+
+    seconds = _timed(step, device, steps)
+    per_epoch = DINO_IMAGES // r.batch_size
+    return {"recipe": "dino", "shapes": f"ViT d={r.dim} depth={r.depth} heads={r.heads} "
+            f"patch={r.patch} image={r.image_size}", "batch": r.batch_size,
+            "seconds_per_step": seconds, "examples_per_second": r.batch_size / seconds,
+            "peak_mib": _peak_mib(device),
+            "hours_per_arm": seconds * per_epoch * r.epochs / 3600}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -132,17 +170,22 @@ def main(argv: list[str] | None = None) -> int:
                        profile.ALLOW_CPU_ENV: "1"}):
         if args.small:
             recipe, shapes = deit_recipe.DeiTRecipe(), gpt2_recipe.GPT2Shapes()
+            dino = dino_recipe.DinoRecipe()
         else:
             recipe = deit_recipe.DeiTRecipe.from_profile()
             shapes = gpt2_recipe.GPT2Shapes.from_profile()
+            dino = dino_recipe.DinoRecipe.from_profile()
         rows = [time_deit(args.device, args.steps, recipe=recipe),
                 time_gpt2(args.device, args.steps, shapes=shapes,
-                          batch=2 if args.small else 8)]
+                          batch=2 if args.small else 8),
+                time_dino(args.device, args.steps, recipe=dino)]
         for r in rows:
             r["bf16"] = amp_enabled(args.device)
     for r in rows:
         extra = (f", {r['hours_per_stack']:.2f} h a stack of {r['seeds']} for the schedule"
-                 if "hours_per_stack" in r else "")
+                 if "hours_per_stack" in r else
+                 f", {r['hours_per_arm']:.2f} h an arm for the schedule"
+                 if "hours_per_arm" in r else "")
         print(f"recipe_check: {r['recipe']:5s} {r['shapes']}, batch {r['batch']}"
               f"{', bf16' if r['bf16'] else ''}: "
               f"{r['seconds_per_step'] * 1000:.1f} ms/step, {r['examples_per_second']:.0f} "
