@@ -34,5 +34,19 @@ def test_the_paper_shapes_are_gpt2_small_with_five_laplacian_heads(monkeypatch):
     model = shapes.model(50257, shapes.laplacian_heads)
     n = sum(p.numel() for p in model.parameters())
     assert 124.0e6 < n < 124.9e6                                 # GPT-2 small, tied head
+    assert shapes.attention == "sdpa"
+    assert {m.laplacian_base for m in model.modules() if hasattr(m, "laplacian_base")} == {"sdpa"}
     with pytest.raises(ValueError, match="laplacian_heads: expected at most heads"):
         dataclasses.replace(shapes, laplacian_heads=13).check()
+
+
+def test_sdpa_and_eager_give_one_model_the_same_logits():
+    shapes = gr.GPT2Shapes()
+    torch.manual_seed(0)
+    eager = shapes.model(40, 5).eval()
+    sdpa = dataclasses.replace(shapes, attention="sdpa").model(40, 5).eval()
+    sdpa.load_state_dict(eager.state_dict())
+    bases = {m.laplacian_base for m in sdpa.modules() if hasattr(m, "laplacian_base")}
+    assert bases == {"sdpa"}                                   # SDPA under the Laplacian heads
+    idx = torch.randint(0, 40, (2, shapes.block_size))
+    torch.testing.assert_close(sdpa(idx), eager(idx), atol=1e-5, rtol=1e-5)

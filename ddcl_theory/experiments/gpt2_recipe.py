@@ -39,6 +39,9 @@ class GPT2Shapes(Settings):
     corpus_tokens: int = setting(100_000, paper=400_000_000, smoke=200_000, ge=1)
     val_fraction: float = setting(0.01, gt=0, lt=0.5)
     heldout_fraction: float = setting(0.01, gt=0, lt=0.5)
+    #: transformers' attention under the Laplacian one: SDPA (fused kernels, no T x T tensor
+    #: kept for backward on CUDA) for one model; eager where seeds are stacked under vmap.
+    attention: str = setting("eager", paper="sdpa", choices=("eager", "sdpa"))
 
     def check(self) -> None:
         name = type(self).__name__
@@ -53,7 +56,7 @@ class GPT2Shapes(Settings):
         """A fresh :class:`HFGPT` of these shapes."""
         return HFGPT(vocab_size, self.block_size, dim=self.dim, depth=self.depth,
                      heads=self.heads, laplacian_heads=laplacian_heads,
-                     mlp_ratio=self.mlp_ratio)
+                     mlp_ratio=self.mlp_ratio, attention=self.attention)
 
 
 def corpus_parts(tokens: np.ndarray, vocab: list[str], val_fraction: float,
