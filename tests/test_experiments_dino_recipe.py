@@ -85,11 +85,25 @@ def test_the_teacher_follows_the_student_with_a_momentum_rising_to_one():
     assert dr.momentum_at(100, 100, 0.996) == pytest.approx(1.0)
     recipe = dr.DinoRecipe()
     images, _ = _data(recipe)
+    start = dr.build_pair(recipe, "all", 0)
     pair, _ = dr.pretrain(recipe, images, "all", 0)
     assert pair.momentum == pytest.approx(1.0)                       # the schedule's end
-    moved = [not torch.equal(t, s) for t, s in zip(pair.teacher.parameters(),
-                                                    pair.student.parameters())]
-    assert any(moved)                                                # a lagging average
+    teachers = list(zip(start.teacher.parameters(), pair.teacher.parameters()))
+    assert any(not torch.equal(a, b) for a, b in teachers)           # the EMA moved it
+    lagging = [not torch.equal(t, s) for t, s in zip(pair.teacher.parameters(),
+                                                      pair.student.parameters())]
+    assert any(lagging)                                              # behind the student
+
+
+def test_the_head_has_the_recipe_s_sizes_and_the_teacher_a_frozen_copy():
+    recipe = dr.DinoRecipe(head_hidden=24, head_bottleneck=12)
+    pair = dr.build_pair(recipe, "all", 3)
+    assert pair.student_head.mlp[0].out_features == 24 and pair.student_head.last.in_features == 12
+    for s, t in zip(pair.student_head.parameters(), pair.teacher_head.parameters()):
+        assert torch.equal(s, t) and s.requires_grad and not t.requires_grad
+    state = torch.random.get_rng_state()
+    dr.build_pair(recipe, "all", 3)
+    assert torch.equal(torch.random.get_rng_state(), state)          # no global draw
 
 
 def test_bad_shapes_are_named():

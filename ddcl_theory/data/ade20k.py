@@ -29,6 +29,10 @@ __all__ = ["NUM_CLASSES", "SegmentationSet", "square", "decode_pair", "ade20k_ar
 
 #: ADE20K's scene-parsing classes (ids 1..150; 0 is unlabelled).
 NUM_CLASSES = 150
+#: The decoding's version, in every cache record: raise it when :func:`decode_pair`,
+#: :func:`square` or :func:`ddcl_theory.data.imagenette.decode_image` changes, so arrays decoded
+#: the old way are refused, not reused.
+DECODER = 1
 
 
 @dataclass(frozen=True)
@@ -100,7 +104,7 @@ def ade20k_arrays(split: str = "training", size: int = 224, limit: int | None = 
     pairs = pairs[:limit] if limit is not None else pairs
     if not pairs:
         raise ValueError(f"split: {Path(archive).name} holds no {split} pair")
-    source = archive_source(archive, split=split, size=size, n=len(pairs))
+    source = archive_source(archive, decoder=DECODER, split=split, size=size, n=len(pairs))
     folder = Path(folder) if folder is not None else cache_dir() / "ade20k"
 
     def make() -> dict[str, np.ndarray]:

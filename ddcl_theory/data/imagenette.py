@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ddcl_theory.data.ade20k import square
+from ddcl_theory.data.ade20k import DECODER, square
 from ddcl_theory.data.array_cache import archive_source, cached_arrays
 from ddcl_theory.data.cache import cache_dir
 from ddcl_theory.runtime.progress import progress
@@ -49,7 +49,7 @@ def imagenette_arrays(split: str = "train", size: int = 160, limit: int | None =
         if archive is None:
             raise paper.paper_files.missing_error("imagenette", "Imagenette (160 px)")
     folder = Path(folder) if folder is not None else cache_dir() / "imagenette"
-    source = archive_source(archive, split=split, size=size, limit=limit)
+    source = archive_source(archive, decoder=DECODER, split=split, size=size, limit=limit)
 
     def make() -> dict[str, np.ndarray]:
         images, labels = [], []

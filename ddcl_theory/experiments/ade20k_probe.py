@@ -45,8 +45,9 @@ def patch_targets(labels: np.ndarray, patch: int) -> np.ndarray:
     n = labels.shape[0]
     tiles = labels.reshape(n, gh, patch, gw, patch).transpose(0, 1, 3, 2, 4)
     tiles = tiles.reshape(n * gh * gw, patch * patch).astype(np.int64)
-    counts = np.zeros((tiles.shape[0], NUM_CLASSES + 1), dtype=np.int64)
-    np.add.at(counts, (np.repeat(np.arange(tiles.shape[0]), tiles.shape[1]), tiles.ravel()), 1)
+    width = NUM_CLASSES + 1
+    flat = (np.arange(tiles.shape[0])[:, None] * width + tiles).ravel()
+    counts = np.bincount(flat, minlength=tiles.shape[0] * width).reshape(-1, width)
     counts[:, 0] = 0                                          # unlabelled pixels do not vote
     target = counts.argmax(1) - 1
     target[counts.sum(1) == 0] = -1

@@ -18,6 +18,7 @@ One arm (a head setting: none or all of the heads Laplacian) and one seed per ca
 """
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,7 +36,13 @@ from ddcl_theory.experiments.dense_features import (
     warmup_cosine,
 )
 from ddcl_theory.experiments.laplacian_common import laplacian_count
-from ddcl_theory.models.dino import DenseViT, SelfDistillation, patch_features, random_masks
+from ddcl_theory.models.dino import (
+    DenseViT,
+    DinoHead,
+    SelfDistillation,
+    patch_features,
+    random_masks,
+)
 from ddcl_theory.runtime.settings import Settings, setting
 from ddcl_theory.runtime.training import fit
 from ddcl_theory.runtime.validate import check_divisible
@@ -58,6 +65,8 @@ class DinoRecipe(Settings):
     heads: int = setting(4, paper=6, ge=1)
     mlp_ratio: int = setting(2, paper=4, ge=1)
     out_dim: int = setting(64, paper=4096, ge=1)
+    head_hidden: int = setting(128, paper=2048, ge=1)     # DINO's projection head: 2048, 256
+    head_bottleneck: int = setting(64, paper=256, ge=1)
     epochs: int = setting(1, paper=100, smoke=1, ge=1)
     batch_size: int = setting(8, paper=256, ge=1)
     lr: float = setting(5e-4, gt=0)              # per 256 images, scaled by batch_size / 256
@@ -98,13 +107,41 @@ def momentum_at(step: int, total: int, base: float) -> float:
     return 1.0 - (1.0 - base) * 0.5 * (1.0 + math.cos(math.pi * min(step, total) / max(total, 1)))
 
 
-def _stats(images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    x = images.reshape(-1, 3).astype(np.float64) / 255.0
-    return x.mean(0), x.std(0) + 1e-6
+def _stats(images: np.ndarray, chunk: int = 1024) -> tuple[np.ndarray, np.ndarray]:
+    """Channel means and deviations of uint8 images (N, S, S, 3) scaled to [0, 1], float32,
+    summed ``chunk`` images at a time in float64 (so standardising a split stays float32 and no
+    float copy of every pixel is made)."""
+    total, squares, count = np.zeros(3), np.zeros(3), 0
+    for i in range(0, len(images), chunk):
+        x = images[i:i + chunk].reshape(-1, 3).astype(np.float64) / 255.0
+        total += x.sum(0)
+        squares += (x * x).sum(0)
+        count += x.shape[0]
+    mean = total / count
+    std = np.sqrt(np.maximum(squares / count - mean ** 2, 0.0)) + 1e-6
+    return mean.astype(np.float32), std.astype(np.float32)
 
 
 def _standardised(images: np.ndarray, stats) -> torch.Tensor:
     return normalise(images.astype(np.float32) / 255.0, *stats)
+
+
+def build_pair(recipe: DinoRecipe, setting: str, seed: int) -> SelfDistillation:
+    """A fresh student (``setting``'s Laplacian heads), its projection head at the recipe's
+    sizes and their teacher copies, initialised from ``seed`` (the CPU generator only: no other
+    random state is read or reset)."""
+    r = recipe
+    with torch.random.fork_rng(devices=[]):
+        torch.default_generator.manual_seed(seed)
+        student = DenseViT(r.tokens, 3 * r.patch ** 2, dim=r.dim, depth=r.depth, heads=r.heads,
+                           laplacian_heads=laplacian_count(setting, r.heads),
+                           mlp_ratio=r.mlp_ratio)
+        pair = SelfDistillation(student, r.out_dim, momentum=r.momentum,
+                                patch_weight=r.patch_weight)
+        pair.student_head = DinoHead(r.dim, r.out_dim, hidden=r.head_hidden,
+                                     bottleneck=r.head_bottleneck)
+    pair.teacher_head = copy.deepcopy(pair.student_head).requires_grad_(False)
+    return pair
 
 
 def pretrain(recipe: DinoRecipe, images: np.ndarray, setting: str, seed: int,
@@ -119,13 +156,7 @@ def pretrain(recipe: DinoRecipe, images: np.ndarray, setting: str, seed: int,
         raise ValueError(f"images: expected at least batch_size={r.batch_size}, got "
                          f"{len(images)}")
     gen = torch.Generator().manual_seed(seed)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        student = DenseViT(r.tokens, 3 * r.patch ** 2, dim=r.dim, depth=r.depth, heads=r.heads,
-                           laplacian_heads=laplacian_count(setting, r.heads),
-                           mlp_ratio=r.mlp_ratio)
-        pair = SelfDistillation(student, r.out_dim, momentum=r.momentum,
-                                patch_weight=r.patch_weight).to(device)
+    pair = build_pair(r, setting, seed).to(device)
     x = _standardised(images, _stats(images)).to(device)
     per_epoch = len(images) // r.batch_size
     total = per_epoch * r.epochs
@@ -155,6 +186,15 @@ def pretrain(recipe: DinoRecipe, images: np.ndarray, setting: str, seed: int,
     return pair, [float(np.mean(epoch)) for epoch in log.losses]
 
 
+def _patch_features(encoder: DenseViT, images: np.ndarray, stats, patch: int,
+                    device: str | torch.device, chunk: int = 1024) -> torch.Tensor:
+    """(N, T, dim) frozen patch tokens, ``chunk`` images standardised and cut at a time (the
+    whole split is never held as float32 pixels)."""
+    return torch.cat([patch_features(encoder, to_patches(
+        _standardised(images[i:i + chunk], stats).to(device), patch))
+        for i in range(0, len(images), chunk)])
+
+
 def probe_ade20k(recipe: DinoRecipe, encoder: DenseViT, train: SegmentationSet,
                  val: SegmentationSet, stats, seed: int,
                  device: str | torch.device = "cpu") -> tuple[float, float]:
@@ -163,9 +203,9 @@ def probe_ade20k(recipe: DinoRecipe, encoder: DenseViT, train: SegmentationSet,
     pre-training images' channel means and deviations; features with the training images')."""
     r = recipe
     encoder.eval()
-    feats = [patch_features(encoder, to_patches(_standardised(s.images, stats).to(device),
-                                                r.patch)) for s in (train, val)]
+    feats = [_patch_features(encoder, s.images, stats, r.patch, device) for s in (train, val)]
     tr, va = standardise(*feats)
+    del feats
     probe = ade20k_probe.fit_probe(tr, ade20k_probe.patch_targets(train.labels, r.patch),
                                    steps=r.probe_steps, lr=r.probe_lr, seed=seed)
     return ade20k_probe.probe_scores(probe, va, val.labels, r.patch)

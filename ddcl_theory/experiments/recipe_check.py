@@ -119,14 +119,12 @@ def time_gpt2(device: str, steps: int, *, batch: int = 8, shapes=None) -> dict:
 
 
 def time_dino(device: str, steps: int, *, recipe=None) -> dict:
-    """DINO+iBOT (all heads Laplacian): two augmented views, iBOT masks, the teacher's EMA
-    step, one batch a step."""
-    from ddcl_theory.models.dino import DenseViT, SelfDistillation, random_masks
-    recipe = recipe or dino_recipe.DinoRecipe.from_profile()
-    r = recipe
-    student = DenseViT(r.tokens, 3 * r.patch ** 2, dim=r.dim, depth=r.depth, heads=r.heads,
-                       laplacian_heads=r.heads, mlp_ratio=r.mlp_ratio)
-    pair = SelfDistillation(student, r.out_dim, momentum=r.momentum).to(device)
+    """DINO+iBOT (all heads Laplacian) at the recipe's shapes and head: two augmented views,
+    iBOT masks, clipped gradients, the teacher's EMA step, one batch a step. The training step
+    only: the images on the device, the feature extraction and the ADE20K probe come on top."""
+    from ddcl_theory.models.dino import random_masks
+    r = recipe or dino_recipe.DinoRecipe.from_profile()
+    pair = dino_recipe.build_pair(r, "all", 0).to(device)
     opt = torch.optim.AdamW([*pair.student.parameters(), *pair.student_head.parameters()],
                             lr=1e-4)
     x = torch.randn(r.batch_size, 3, r.image_size, r.image_size, device=device)
@@ -141,6 +139,7 @@ def time_dino(device: str, steps: int, *, recipe=None) -> dict:
                         masks[r.batch_size:])
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        torch.nn.utils.clip_grad_norm_(pair.parameters(), 3.0)
         opt.step()
         pair.update_teacher()
 
