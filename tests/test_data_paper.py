@@ -552,8 +552,8 @@ def test_hellaswag_is_the_committed_file_checked_by_its_git_blob_hash(monkeypatc
                                                                       server, tiny):
     _serve(monkeypatch, server)
     report = paper_fetch.ensure_paper(["hellaswag"])
-    assert report.ok and hellaswag.hellaswag_file().read_bytes() == tiny.archives["hellaswag"]
-    items = hellaswag.read_items(hellaswag.hellaswag_file())
+    assert report.ok and paper.hellaswag_file().read_bytes() == tiny.archives["hellaswag"]
+    items = hellaswag.read_items(paper.hellaswag_file())
     assert [it.label for it in items] == [2, 0] and items[0].endings[2] == "climbs the rope."
     assert items[1].context == "Baking: How to bake. Heat the oven. Mix the flour"
     # a file other than the committed one fails the blob hash and is deleted
@@ -573,7 +573,7 @@ def test_missing_paper_data_names_the_command_that_fetches_it(registry):
                       (partial(paper.load_imdb_full, "train"), "imdb_full"),
                       (lambda: next(paper.iter_imagenette()), "imagenette"),
                       (paper.ade20k_pairs, "ade20k"), (paper.fineweb_parquet, "fineweb"),
-                      (hellaswag.hellaswag_file, "hellaswag"),
+                      (paper.hellaswag_file, "hellaswag"),
                       (paper.bert_base_uncased_dir, "bert-base-uncased"),
                       (paper.gpt2_bpe_files, "gpt2-bpe")):
         with pytest.raises(FileNotFoundError, match=f"ensure --paper {key}`"):

@@ -5,7 +5,8 @@ from their repository at a pinned commit, checked against the git blob hash that
 for it (:class:`GitBlobSource`: the SHA-1 of ``b"blob <size>\\0" + content``, what
 ``git hash-object`` prints), so the download is the committed file byte for byte. Its entries are
 added to :data:`ddcl_theory.data.paper_sources.PAPER_SOURCES` and ``PAPER_FILES`` when this
-module is imported (as ``make data PROFILE=paper`` does), apart from that catalogue for the
+module is imported (as ``make data PROFILE=paper`` does; the verified file is
+:func:`ddcl_theory.data.paper.hellaswag_file`), apart from that catalogue for the
 reason :mod:`ddcl_theory.data.lm_sources` gives.
 
 Each item is a context and four endings, one of them the true continuation
@@ -26,7 +27,7 @@ from ddcl_theory.data import derive, paper_sources
 from ddcl_theory.data.sources import Source
 
 __all__ = ["HELLASWAG_COMMIT", "HELLASWAG_URL", "HELLASWAG_BLOB", "GitBlobSource",
-           "HellaSwagItem", "clean", "read_items", "hellaswag_file"]
+           "HellaSwagItem", "clean", "read_items"]
 
 #: The authors' repository (rowanz/hellaswag) at its last commit.
 HELLASWAG_COMMIT = "a29ff8e9a04bba4bd6588223785ce105328adc57"
@@ -133,11 +134,3 @@ def read_items(path: Path | str, limit: int | None = None) -> list[HellaSwagItem
         raise ValueError(f"{Path(path).name}: no HellaSwag items")
     return items
 
-
-def hellaswag_file() -> Path:
-    """The verified ``hellaswag_val.jsonl`` (``make data PROFILE=paper`` fetches it)."""
-    from ddcl_theory.data import paper_files
-    path = paper_files.find("hellaswag")
-    if path is None:
-        raise paper_files.missing_error("hellaswag", "HellaSwag (validation)")
-    return path

@@ -163,6 +163,11 @@ def fineweb_parquet() -> Path:
     return _path("fineweb", "FineWeb (sample-10BT, first shard)")
 
 
+def hellaswag_file() -> Path:
+    """The verified ``hellaswag_val.jsonl`` (:mod:`ddcl_theory.data.hellaswag` reads it)."""
+    return _path("hellaswag", "HellaSwag (validation)")
+
+
 def hub_model_dir(key: str) -> Path:
     """The checked snapshot folder of Hub model ``key`` (``from_pretrained`` takes it), offline."""
     folder = hub.cached_model(key)

@@ -9,7 +9,7 @@ lm-evaluation-harness's ``acc_norm``, the figure usually reported for HellaSwag)
 
     >>> from ddcl_theory.data import hellaswag, lm_corpus, paper
     >>> tok = lm_corpus.bpe_tokenizer(*paper.gpt2_bpe_files())
-    >>> items = hellaswag.read_items(hellaswag.hellaswag_file())
+    >>> items = hellaswag.read_items(paper.hellaswag_file())
     >>> score = score_items(model, lambda s: tok.encode(s).ids, items, block_size=1024)
     >>> score.accuracy_norm, score.interval_norm()
 
