@@ -140,7 +140,7 @@ def test_a_killed_stack_resumes_to_the_same_numbers(tmp_path, text):
     (dict(seeds=()), r"LMSettings\.seeds"),
     (dict(warmup_fraction=1.0), r"LMSettings\.warmup_fraction"),
     (dict(val_fraction=0.0), r"LMSettings\.val_fraction"),
-    (dict(heldout_chars=8), r"LMSettings\.heldout_chars: expected None or at least"),
+    (dict(heldout_tokens=8), r"LMSettings\.heldout_tokens: expected None or at least"),
 ])
 def test_settings_name_the_field_that_is_out_of_range(changes, message):
     with pytest.raises(ValueError, match=message):
@@ -148,7 +148,7 @@ def test_settings_name_the_field_that_is_out_of_range(changes, message):
 
 
 def test_a_budget_of_held_out_characters_scores_only_their_windows():
-    short = lm.run(tiny(steps=(4,), seeds=(0,), heldout_chars=81))
+    short = lm.run(tiny(steps=(4,), seeds=(0,), heldout_tokens=81))
     assert short.n_heldout_windows == 10
     assert all(r.heldout_windows.shape == (10,) for r in short.runs)
 

@@ -23,13 +23,13 @@ TRAINING = ("laplacian_lm.run", "orbital_debris.run", "text_readout.run", "stack
 NOTHING = ("scaling.run", "annealing.run", "cooling.run", "overhead.run",
            "eps_ablation.linear_analysis")
 #: Steps that ``python -m ddcl_theory.experiments.smoke --threads 1`` measured per entry.
-SMOKE_MEASURED = {"laplacian_lm.run": 12, "orbital_debris.run": 60, "text_readout.run": 28,
+SMOKE_MEASURED = {"laplacian_lm.run": 4, "orbital_debris.run": 60, "text_readout.run": 28,
                   "stacked_layers.run": 2, "peer_readouts.run": 40}
 #: Examples per model class that ``python -m ddcl_theory.experiments.smoke --flops --threads 1``
 #: measured (``training.models[class].examples``): the LM counts seeds x batch x block
-#: characters per stacked step, a full-batch DDCL fit on one (1, tokens, F) sequence 1 per step.
+#: tokens per stacked step, a full-batch DDCL fit on one (1, tokens, F) sequence 1 per step.
 SMOKE_EXAMPLES = {
-    "laplacian_lm.run": {"StackedModels": 12_288},
+    "laplacian_lm.run": {"StackedModels": 4_096},
     "orbital_debris.run": {"DDCLAttention": 50, "QuantizedMLPAutoencoder": 5_000},
     "text_readout.run": {"DDCLPooledReadout": 480, "DDCLAttention": 16},
     "stacked_layers.run": {"StackedDDCL": 64},
@@ -158,9 +158,12 @@ def test_orbital_debris_takes_the_counted_steps():
 def test_laplacian_lm_takes_the_counted_steps():
     s = LM.LMSettings().replace(dim=8, heads=4, laplacian_heads=2, depth=1, block_size=8,
                                 batch_size=2, steps=(2, 4), rounds=2, seeds=(0, 1),
-                                trend_seeds=1, eval_windows=8, heldout_chars=200,
+                                trend_seeds=1, eval_windows=8, heldout_tokens=200,
                                 cdnv_min_count=2)
     assert _measured(LM.run, s) == STEPS["laplacian_lm.run"](s) == 2 * (2 + 4)
+    # stacks of one seed: the 2-seed length steps once per seed
+    one = s.replace(stack_size=1)
+    assert _measured(LM.run, one) == STEPS["laplacian_lm.run"](one) == 2 * (2 + 2 * 4)
 
 
 class _Counting(FakeEncoder):
@@ -215,10 +218,13 @@ def test_orbital_debris_sees_the_counted_examples():
 def test_laplacian_lm_sees_the_counted_examples():
     s = LM.LMSettings().replace(dim=8, heads=4, laplacian_heads=2, depth=1, block_size=8,
                                 batch_size=2, steps=(2, 4), rounds=2, seeds=(0, 1),
-                                trend_seeds=1, eval_windows=8, heldout_chars=200,
+                                trend_seeds=1, eval_windows=8, heldout_tokens=200,
                                 cdnv_min_count=2)
     totals = _counted(LM.run, s)
     # 2 arms; 2 steps of 1 seed, 4 steps of 2 stacked seeds; (seeds, 2, 8) character ids a step
     assert totals["steps"] == STEPS["laplacian_lm.run"](s) == 2 * (2 + 4)
     assert _examples(totals) == EXAMPLES["laplacian_lm.run"](s) == {
         "StackedModels": 2 * (2 * 1 + 4 * 2) * 2 * 8}
+    one = s.replace(stack_size=1)                     # the same examples, in more steps
+    assert _examples(_counted(LM.run, one)) == EXAMPLES["laplacian_lm.run"](one) == \
+        EXAMPLES["laplacian_lm.run"](s)

@@ -1,4 +1,9 @@
-"""Claim L9 of Zhang & Papyan 2026: a character GPT with and without Laplacian heads.
+"""Claim L9 of Zhang & Papyan 2026: a GPT with and without Laplacian heads.
+
+Under the paper profile the model is GPT-2 small on FineWeb in GPT-2 BPE tokens, each run of the
+longest length also scored on HellaSwag (``LMSettings.model="gpt2"``,
+:mod:`ddcl_theory.experiments.lm_data`); the rest of this text describes the cpu and reference
+profiles' character model, and holds for both with "token" for "character".
 
 The character GPT of :mod:`ddcl_theory.models.char_gpt` on Tiny Shakespeare
 (:func:`~ddcl_theory.experiments.laplacian_gpt.text_parts`: the training text, a validation split
@@ -33,10 +38,10 @@ from ddcl_theory.experiments.laplacian_gpt import (
     TextParts,
     next_char_windows,
     spread_starts,
-    text_parts,
     tiling_starts,
 )
 from ddcl_theory.experiments.laplacian_vit import BestStates
+from ddcl_theory.experiments.lm_data import LMData, lm_data
 from ddcl_theory.metrics import geometry as metrics
 from ddcl_theory.models.char_gpt import CharGPT
 from ddcl_theory.runtime import profile
@@ -67,42 +72,66 @@ class LMSettings(Settings):
     """The language-model study (L9): the model, the training lengths (each a run of its own
     schedule), the evaluation windows and the seeds.
 
-    ``heldout_chars``: the first characters of the held-out text that are scored (None: all;
-    the smoke run's budget). cpu: width 32, 8 heads (5 Laplacian), runs of 50, 100 and 200
-    steps, 3 seeds; reference: width 64, runs of 250, 500 and 1000 steps, the rule's seeds at
-    the longest (the shorter lengths on the first ``trend_seeds``); paper: block 256, width
-    384, 6 layers, 12 heads."""
+    ``model``: ``char``, the character GPT on Tiny Shakespeare; ``gpt2``, GPT-2 (transformers'
+    model, :class:`~ddcl_theory.models.hf_gpt.HFGPT`) on ``corpus_tokens`` GPT-2 BPE tokens of
+    FineWeb, scored on HellaSwag at the longest length (:mod:`ddcl_theory.experiments.lm_data`).
+    ``heldout_tokens``: the first ids of the held-out text that are scored (None: all; the
+    smoke run's budget). cpu: width 32, 8 heads (5 Laplacian), runs of 50, 100 and 200 steps, 3
+    seeds; reference: width 64, runs of 250, 500 and 1000 steps, the rule's seeds at the longest
+    (the shorter lengths on the first ``trend_seeds``); paper: GPT-2 small (context 1,024,
+    width 768, 12 layers, 12 heads, about 124M parameters), batches of 64 windows, runs of
+    1,250, 2,500 and 5,000 steps (up to 328M tokens), one seed a stack."""
 
-    title = "character GPT on Tiny Shakespeare, none or 5 Laplacian heads per layer"
+    title = "GPT with none or 5 Laplacian heads per layer"
 
-    block_size: int = setting(32, paper=256, ge=2)
-    dim: int = setting(32, reference=64, paper=384, ge=1)
-    depth: int = setting(2, paper=6, ge=1)
+    model: str = setting("char", paper="gpt2", choices=("char", "gpt2"))
+    block_size: int = setting(32, paper=1024, ge=2)
+    dim: int = setting(32, reference=64, paper=768, ge=1)
+    depth: int = setting(2, paper=12, ge=1)
     heads: int = setting(8, paper=12, ge=1)
     laplacian_heads: int = setting(5, ge=1)
     mlp_ratio: int = setting(4, ge=1)
-    batch_size: int = setting(32, reference=64, paper=64, smoke=4, ge=1)
+    #: transformers' attention kernel under the Laplacian one (``gpt2`` only): SDPA on the GPU.
+    attention: str = setting("eager", paper="sdpa", choices=("eager", "sdpa"))
+    batch_size: int = setting(32, reference=64, paper=64, smoke=1, ge=1)
     steps: tuple[int, ...] = setting((50, 100, 200), reference=(250, 500, 1000),
-                                     paper=(1250, 2500, 5000), smoke=(2, 4), ge=1,
+                                     paper=(1250, 2500, 5000), smoke=(2,), ge=1,
                                      nonempty=True)
     rounds: int = setting(10, smoke=2, ge=2)
-    lr: float = setting(3e-3, paper=1e-3, gt=0)
+    lr: float = setting(3e-3, paper=6e-4, gt=0)
     warmup_fraction: float = setting(0.05, ge=0, lt=1)
     final_lr_fraction: float = setting(0.01, ge=0, le=1)
     weight_decay: float = setting(0.1, ge=0)
-    val_fraction: float = setting(0.05, gt=0, lt=0.5)
-    eval_windows: int = setting(128, reference=256, paper=512, smoke=8, ge=1)
-    heldout_chars: int | None = setting(None, smoke=4097, ge=2)
+    #: the validation split: this fraction of the end of the training text
+    val_fraction: float = setting(0.05, paper=0.01, gt=0, lt=0.5)
+    #: ``gpt2``: the corpus's first tokens and the fraction of its end held out (``char``
+    #: holds out Tiny Shakespeare's last 10%)
+    corpus_tokens: int | None = setting(None, paper=400_000_000, smoke=200_000, ge=1)
+    heldout_fraction: float | None = setting(None, paper=0.01, gt=0, lt=0.5)
+    eval_windows: int = setting(128, reference=256, paper=128, smoke=1, ge=1)
+    heldout_tokens: int | None = setting(None, smoke=1025, ge=2)
+    #: ``gpt2``: the first HellaSwag items scored (None: all 10,042)
+    downstream_items: int | None = setting(None, smoke=2, ge=1)
     cdnv_min_count: int = setting(10, ge=1)
     seeds: tuple[int, ...] = setting((0, 1, 2), reference=confirmatory_seeds(REFERENCE_SEEDS),
                                      paper=(0, 1, 2, 3, 4), smoke=(0,), ge=0, nonempty=True)
     trend_seeds: int = setting(3, reference=5, paper=5, smoke=1, ge=1)
+    #: seeds trained together as one stacked model (None: all of a length; GPT-2 small keeps
+    #: one, its activations at batch 64 filling a GPU)
+    stack_size: int | None = setting(None, paper=1, ge=1)
     threads: int | None = setting(1, paper=None, ge=1)
     #: Processes that train the stacks (each on ``threads`` threads): the reference profile
     #: uses both cores of a 2-core machine; the numbers do not depend on it.
     workers: int = setting(1, reference=2, ge=1)
 
     def check(self) -> None:
+        gpt2 = ("corpus_tokens", "heldout_fraction")
+        if self.model == "gpt2" and any(getattr(self, f) is None for f in gpt2):
+            raise ValueError(f"LMSettings.model='gpt2': expected {' and '.join(gpt2)} set, got "
+                             f"{self.corpus_tokens!r} and {self.heldout_fraction!r}")
+        if self.model == "char" and any(getattr(self, f) is not None for f in gpt2):
+            raise ValueError(f"LMSettings.model='char': {' and '.join(gpt2)} are GPT-2's (the "
+                             f"character text holds out its last 10%); expected None")
         if self.laplacian_heads > self.heads:
             raise ValueError(f"LMSettings.laplacian_heads: expected at most heads={self.heads}, "
                              f"got {self.laplacian_heads}")
@@ -112,9 +141,9 @@ class LMSettings(Settings):
         if list(self.steps) != sorted(set(self.steps)):
             raise ValueError(f"LMSettings.steps: expected increasing training lengths, got "
                              f"{self.steps!r}")
-        if self.heldout_chars is not None and self.heldout_chars < self.block_size + 1:
-            raise ValueError(f"LMSettings.heldout_chars: expected None or at least "
-                             f"block_size + 1 = {self.block_size + 1}, got {self.heldout_chars}")
+        if self.heldout_tokens is not None and self.heldout_tokens < self.block_size + 1:
+            raise ValueError(f"LMSettings.heldout_tokens: expected None or at least "
+                             f"block_size + 1 = {self.block_size + 1}, got {self.heldout_tokens}")
         bad = [s for s in self.steps if s % self.rounds]
         if bad:
             raise ValueError(f"LMSettings.rounds: expected a divisor of every training length, "
@@ -157,6 +186,8 @@ class LMRun:
     cdnv: tuple[float, ...]
     best: int
     heldout_windows: np.ndarray
+    #: the downstream task's accuracy per character (acc_norm) at the optimum, where scored
+    downstream: float | None = None
 
     @property
     def heldout(self) -> float:
@@ -179,11 +210,24 @@ class LMRun:
 
 @dataclass
 class LMStudy:
+    """Every run; the text's ``source``, its vocabulary size and held-out windows; the
+    ``downstream`` task's name (empty: none at this profile)."""
+
     settings: LMSettings
     runs: list[LMRun]
     source: str
     vocab_size: int
     n_heldout_windows: int
+    downstream: str = ""
+
+    @property
+    def unit(self) -> str:
+        """What a loss is per: ``char`` or ``token``."""
+        return "char" if self.settings.model == "char" else "token"
+
+    @property
+    def model_name(self) -> str:
+        return "Character GPT" if self.settings.model == "char" else "GPT-2"
 
     def by(self, laplacian_heads: int, steps: int | None = None) -> list[LMRun]:
         """The runs of one arm at one training length (default the longest), in seed order."""
@@ -210,12 +254,18 @@ def lr_factor(step: int, total: int, warmup_fraction: float, final_fraction: flo
 
 
 # ------------------------------------------------------------------------------ measures
+#: Logit entries one evaluation batch may hold (windows x block x vocabulary): 256 windows of
+#: the character GPT, 2 of GPT-2 (1,024 x 50,257 logits a window).
+LOGITS_PER_CHUNK = 2 ** 27
+
+
 @torch.no_grad()
-def _losses(model: CharGPT, ids: torch.Tensor, starts: torch.Tensor, block: int,
+def _losses(model: nn.Module, ids: torch.Tensor, starts: torch.Tensor, block: int,
             chunk: int = 256, features: bool = False) -> tuple[torch.Tensor, np.ndarray | None]:
-    """Per window, the mean next-character loss of ``model`` (n,), and with ``features`` the
-    tokens after the final LayerNorm (n * block, dim) as float64."""
+    """Per window, the mean next-token loss of ``model`` (n,), and with ``features`` the
+    tokens after the final LayerNorm (n * block, dim) as float64 (made on the CPU)."""
     out, feats = [], []
+    chunk = max(1, min(chunk, LOGITS_PER_CHUNK // (block * model.vocab_size)))
     for i in range(0, len(starts), chunk):
         x, y = next_char_windows(ids, starts[i:i + chunk], block)
         logits, states = model(x, return_hidden=True)
@@ -223,12 +273,13 @@ def _losses(model: CharGPT, ids: torch.Tensor, starts: torch.Tensor, block: int,
                              reduction="none")
         out.append(ce.view(len(x), -1).double().mean(1))
         if features:
-            feats.append(model.norm(states[-1]).reshape(-1, states[-1].shape[-1]).double())
-    h = torch.cat(feats).cpu().numpy() if features else None
+            feats.append(model.norm(states[-1]).reshape(-1, states[-1].shape[-1]).cpu()
+                         .double())
+    h = torch.cat(feats).numpy() if features else None
     return torch.cat(out), h
 
 
-def measure(model: CharGPT, windows: dict[str, tuple[torch.Tensor, torch.Tensor]], block: int,
+def measure(model: nn.Module, windows: dict[str, tuple[torch.Tensor, torch.Tensor]], block: int,
             min_count: int) -> dict[str, float]:
     """One model on the fixed windows ``{"val" | "heldout" | "train": (ids, starts)}``: the
     mean loss of each part and the CDNV of the held-out tokens after the final LayerNorm by the
@@ -244,7 +295,7 @@ def measure(model: CharGPT, windows: dict[str, tuple[torch.Tensor, torch.Tensor]
     return out
 
 
-def heldout_window_losses(model: CharGPT, ids: torch.Tensor, block: int) -> np.ndarray:
+def heldout_window_losses(model: nn.Module, ids: torch.Tensor, block: int) -> np.ndarray:
     """The loss of every window that tiles the held-out ``ids`` (n_windows,)."""
     model.eval()
     loss, _ = _losses(model, ids, tiling_starts(len(ids), block).to(ids.device), block)
@@ -253,16 +304,35 @@ def heldout_window_losses(model: CharGPT, ids: torch.Tensor, block: int) -> np.n
 
 # ------------------------------------------------------------------------------ training
 def _make_model(settings: LMSettings, vocab_size: int, laplacian_heads: int):
+    if settings.model == "gpt2":
+        from ddcl_theory.models.hf_gpt import HFGPT
+        return lambda _seed: HFGPT(vocab_size, settings.block_size, dim=settings.dim,
+                                   depth=settings.depth, heads=settings.heads,
+                                   laplacian_heads=laplacian_heads,
+                                   mlp_ratio=settings.mlp_ratio, attention=settings.attention)
     return lambda _seed: CharGPT(vocab_size, settings.block_size, dim=settings.dim,
                                  depth=settings.depth, heads=settings.heads,
                                  laplacian_heads=laplacian_heads, mlp_ratio=settings.mlp_ratio)
 
 
-def train_lm_stack(settings: LMSettings, text: TextParts, laplacian_heads: int, steps: int,
-                   seeds: Sequence[int], device: str, run: RunDir | None = None
+def _downstream(settings: LMSettings, data: LMData, model: nn.Module, steps: int,
+                device: str) -> float | None:
+    """acc_norm of ``model`` on the data's downstream items (runs of the longest length only)."""
+    if not data.items or steps != settings.steps[-1]:
+        return None
+    from ddcl_theory.experiments.downstream import score_items
+    return score_items(model, data.encode, data.items, settings.block_size, device,
+                       desc=data.downstream).accuracy_norm
+
+
+def train_lm_stack(settings: LMSettings, data: LMData | TextParts, laplacian_heads: int,
+                   steps: int, seeds: Sequence[int], device: str, run: RunDir | None = None
                    ) -> list[LMRun]:
     """Train the ``seeds`` of one arm for ``steps`` steps as one stacked model and read each at
-    its lowest validation loss; resumable after every round through ``run``."""
+    its lowest validation loss (and score it on the downstream task, where ``data`` has one, at
+    the longest length); resumable after every round through ``run``."""
+    data = data if isinstance(data, LMData) else LMData(data)
+    text = data.text
     block = settings.block_size
     stack = StackedModels(_make_model(settings, len(text.vocab), laplacian_heads),
                           seeds).to(device)
@@ -315,7 +385,8 @@ def train_lm_stack(settings: LMSettings, text: TextParts, laplacian_heads: int, 
                           *(tuple(float(v) for v in curves[k][:, i])
                             for k in ("val_loss", "heldout_loss", "train_loss", "cdnv")),
                           int(best.best_epoch[i]),
-                          heldout_window_losses(model, text.heldout, block)))
+                          heldout_window_losses(model, text.heldout, block),
+                          _downstream(settings, data, model, steps, device)))
     return runs
 
 
@@ -330,19 +401,31 @@ def run(settings: LMSettings | None = None) -> LMStudy:
     the run directory (reference and paper profiles) and a killed study resumes."""
     settings = settings or LMSettings.from_profile()
     device = profile.current().device
-    text = text_parts(settings.val_fraction, device)
-    if settings.heldout_chars is not None:               # the smoke run scores a short piece
-        text = dataclasses.replace(text, heldout=text.heldout[:settings.heldout_chars])
+    data = lm_data(settings, device)
+    if settings.heldout_tokens is not None:              # the smoke run scores a short piece
+        data = dataclasses.replace(data, text=dataclasses.replace(
+            data.text, heldout=data.text.heldout[:settings.heldout_tokens]))
     ckpt = RunDir("laplacian_lm", settings)
-    units = [(f"lap={lap},steps={steps}",
-              (settings, text, lap, steps, settings.seeds_at(steps), device, ckpt))
-             for steps in settings.steps for lap in settings.arms]
-    costs = [steps * len(settings.seeds_at(steps)) for steps in settings.steps
-             for _ in settings.arms]
+    units, costs = [], []
+    for steps in settings.steps:
+        for lap in settings.arms:
+            for seeds in _stacks(settings.seeds_at(steps), settings.stack_size):
+                name = f"lap={lap},steps={steps}"
+                if settings.stack_size is not None:
+                    name += f",seeds={seeds[0]}-{seeds[-1]}"
+                units.append((name, (settings, data, lap, steps, seeds, device, ckpt)))
+                costs.append(steps * len(seeds))
     with _threads(settings.threads):
         stacks = map_units(ckpt, _stack_unit, units, workers=settings.workers,
                            desc="GPT stacks", costs=costs)
     runs = [run for stack in stacks for run in stack]
     ckpt.finish()
+    text = data.text
     n_windows = len(tiling_starts(len(text.heldout), settings.block_size))
-    return LMStudy(settings, runs, text.source, len(text.vocab), n_windows)
+    return LMStudy(settings, runs, text.source, len(text.vocab), n_windows, data.downstream)
+
+
+def _stacks(seeds: tuple[int, ...], size: int | None) -> list[tuple[int, ...]]:
+    """``seeds`` in consecutive stacks of at most ``size`` (None: one stack)."""
+    size = size or len(seeds)
+    return [seeds[i:i + size] for i in range(0, len(seeds), size)]

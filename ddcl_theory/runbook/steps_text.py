@@ -69,15 +69,19 @@ def _used(examples: dict[str, int]) -> dict[str, int]:
 
 # ---------------------------------------------------------------------------- the entries
 def laplacian_lm(s: Any) -> int:
-    """Arms (none, ``laplacian_heads``) x training lengths: each length's seeds train as one
-    stacked model, ``rounds`` rounds of ``steps // rounds`` stacked batches (seeds not
-    multiplied)."""
-    return len(s.arms) * sum(s.rounds * (steps // s.rounds) for steps in s.steps)
+    """Arms (none, ``laplacian_heads``) x training lengths x stacks: a length's seeds train as
+    stacked models of at most ``stack_size`` seeds (one stack when None), each ``rounds``
+    rounds of ``steps // rounds`` stacked batches (seeds not multiplied)."""
+    def stacks(steps: int) -> int:
+        n = len(s.seeds_at(steps))
+        return -(-n // (s.stack_size or n))
+    return len(s.arms) * sum(stacks(steps) * s.rounds * (steps // s.rounds)
+                             for steps in s.steps)
 
 
 def laplacian_lm_examples(s: Any) -> dict[str, int]:
     """``StackedModels``: each stacked step's (input, target) batch is two (seeds_at(length),
-    ``batch_size``, ``block_size``) character-id tensors: seeds x batch x block per step."""
+    ``batch_size``, ``block_size``) token-id tensors: seeds x batch x block per step."""
     return _used({"StackedModels": len(s.arms) * s.batch_size * s.block_size * sum(
         s.rounds * (steps // s.rounds) * len(s.seeds_at(steps)) for steps in s.steps)})
 

@@ -120,8 +120,9 @@ def settled_gate(study, settle: float = L9_SETTLE) -> Gate:
     best = [r.best for r in runs]
     rounds = len(runs[0].val_loss) - 1
     passed = abs(move) < settle
+    unit = "character" if _unit(study) == "char" else "token"
     detail = (f"over the last round the mean validation-loss gap moved by {move:+.4f} nats per "
-              f"character (less than {settle:g} in size passes); the {len(runs)} runs reached "
+              f"{unit} (less than {settle:g} in size passes); the {len(runs)} runs reached "
               f"their optimum after rounds {min(best)}-{max(best)} of {rounds}")
     if not passed:
         detail += "; a longer schedule would let the comparison settle"
@@ -129,6 +130,29 @@ def settled_gate(study, settle: float = L9_SETTLE) -> Gate:
 
 
 # ------------------------------------------------------------------------------- helpers
+def _unit(study) -> str:
+    """What the study's losses are per (``char`` or ``token``)."""
+    return getattr(study, "unit", "char")
+
+
+def _downstream_text(study) -> tuple[str, dict[str, float]]:
+    """A sentence on the downstream task's acc_norm per arm at the longest length (where the
+    study scored one), and the means by arm; beside the rule, not part of it."""
+    task = getattr(study, "downstream", "")
+    if not task:
+        return "", {}
+    arms = study.settings.arms
+    scores = {a: [r.downstream for r in study.by(a)] for a in arms}
+    if any(v is None for vs in scores.values() for v in vs):
+        return "", {}
+    means = {str(a): float(np.mean(v)) for a, v in scores.items()}
+    diff = np.array(scores[arms[1]]) - np.array(scores[arms[0]])
+    return (f" Beside: {task} accuracy per character (acc_norm) none "
+            f"{100 * means[str(arms[0])]:.1f}%, Laplacian {100 * means[str(arms[1])]:.1f}%; "
+            f"Laplacian - none {100 * diff.mean():+.1f} points (mean over "
+            f"{len(diff)} seeds; chance 25%)."), means
+
+
 def _trend(per_scale: dict[str, Sequence[TestResult]], index: int) -> dict[str, list]:
     return {label: [round(r[index].estimate, 6), round(r[index].interval[0], 6),
                     round(r[index].interval[1], 6)] for label, r in per_scale.items()}
@@ -209,21 +233,24 @@ def decide_l9(study) -> Verdict:
     spread = float(np.std(gap, ddof=1)) if gap.size > 1 else 0.0
     loss_t, cdnv_t, matched_t = results
     moves = _lead_moves(_trend(per_scale, 0))
+    unit = _unit(study)
+    model = getattr(study, "model_name", "Character GPT")
+    downstream, downstream_means = _downstream_text(study)
     evidence = (
-        f"Character GPT (d={st.dim}, {st.depth} layers, {st.heads} heads, {lap_arm} Laplacian "
+        f"{model} (d={st.dim}, {st.depth} layers, {st.heads} heads, {lap_arm} Laplacian "
         f"per layer vs none) on {study.source}, {loss_t.n_seeds} seeds at {st.steps[-1]} "
         f"steps, each run read at its lowest validation loss and scored on the "
         f"{study.n_heldout_windows:,} windows of the held-out text. Held-out loss: none "
-        f"{heldout[base_arm]:.3f}, Laplacian {heldout[lap_arm]:.3f} nats/char; Laplacian - "
+        f"{heldout[base_arm]:.3f}, Laplacian {heldout[lap_arm]:.3f} nats/{unit}; Laplacian - "
         f"none {_iv(loss_t)} ({_word_text(loss_t)}). "
         + "By length: " + "; ".join(f"{_iv(r[0])} at {label}" for label, r in per_scale.items())
         + f" ({moves}). CDNV of the held-out tokens at the optimum: none "
-        f"{cdnv[base_arm]:.3g}, Laplacian {cdnv[lap_arm]:.3g}; relative change "
+        f"{cdnv[base_arm]:.3f}, Laplacian {cdnv[lap_arm]:.3f}; relative change "
         f"{_iv(cdnv_t, 100, '+.1f')}% ({_word_text(cdnv_t)}). Beside: at a matched validation loss "
-        f"(mean {level.mean():.3f} nats/char) {_iv(matched_t, 100, '+.1f')}% "
+        f"(mean {level.mean():.3f} nats/{unit}) {_iv(matched_t, 100, '+.1f')}% "
         f"({_word_text(matched_t)}). Sampling the held-out windows adds about "
-        f"{float(np.mean(item_se)):.4f} nats/char of standard error to one seed's loss gap, "
-        f"against a seed-to-seed spread of {spread:.4f}."
+        f"{float(np.mean(item_se)):.4f} nats/{unit} of standard error to one seed's loss gap, "
+        f"against a seed-to-seed spread of {spread:.4f}." + downstream
         + _power_text(rule, tests, ("the loss gap", "the CDNV change"))
         + f" Gate ({gate.name}): {gate.detail}{'' if gate.passed else ' (not met)'}."
         + f" Paper: {PAPER}.")
@@ -231,14 +258,15 @@ def decide_l9(study) -> Verdict:
     statistics = [t.statistic for t in rule.all_tests]
     return Verdict(
         "L9", word, evidence,
-        our_value=f"held-out loss {heldout[base_arm]:.3f} -> {heldout[lap_arm]:.3f} nats/char "
+        our_value=f"held-out loss {heldout[base_arm]:.3f} -> {heldout[lap_arm]:.3f} nats/{unit} "
                   f"({loss_t.estimate:+.3f}); CDNV {100 * cdnv_t.estimate:+.1f}% "
                   f"({st.steps[-1]} steps)",
         numbers={"heldout_loss": {str(a): v for a, v in heldout.items()},
                  "cdnv": {str(a): v for a, v in cdnv.items()},
                  "loss_trend": _trend(per_scale, 0), "cdnv_trend": _trend(per_scale, 1),
                  "matched_trend": _trend(per_scale, 2), "matched_level": float(level.mean()),
-                 "item_se": float(np.mean(item_se)), "seed_sd": spread},
+                 "item_se": float(np.mean(item_se)), "seed_sd": spread}
+        | ({"downstream": downstream_means} if downstream_means else {}),
         rule=rule.text, n_seeds=tests[binding].n_seeds, interval=tuple(tests[binding].interval),
         scale=f"{st.steps[-1]} steps, d={st.dim}", trend=_trend(per_scale, binding),
         tolerance=L9_TOLERANCE, tests=tuple(results), gates=(gate,),
