@@ -80,7 +80,7 @@ def test_the_gpt2_study_is_read_as_the_character_study_and_scored_downstream(bpe
     assert "GPT-2 (d=16" in v.evidence and "nats/token" in v.evidence
     assert "nats/char" not in v.evidence and "per character" not in v.evidence.split(
         "Gate")[1].split("Paper")[0]
-    assert "HellaSwag (validation) accuracy per character (acc_norm)" in v.evidence
+    assert "HellaSwag (validation) length-normalised accuracy (acc_norm)" in v.evidence
     assert set(v.numbers["downstream"]) == {"0", "2"}
 
 
@@ -124,6 +124,8 @@ def test_the_smoke_run_reads_announced_stand_ins_of_the_paper_shapes(monkeypatch
     chars = text_parts(0.05)
     assert int(data.text.train.max()) < len(chars.vocab)
     assert len(data.items) == 3 and data.downstream == "HellaSwag-format stand-in"
+    heldout = "".join(data.text.vocab[i] for i in data.text.heldout.tolist())
+    assert all(it.context in heldout for it in data.items)        # cut from the held-out part
     assert data.encode("ab\u00e9") == [chars.vocab.index("a"), chars.vocab.index("b")]
 
 
@@ -163,4 +165,12 @@ def test_the_paper_profile_is_gpt2_small_in_stacks_of_one(monkeypatch):
     assert s.stack_size == 1 and s.attention == "sdpa"
     tokens = s.steps[-1] * s.batch_size * s.block_size
     train = s.corpus_tokens * (1 - s.heldout_fraction) * (1 - s.val_fraction)
-    assert tokens < train                       # the longest run reads no token twice
+    assert tokens < train           # the longest run draws fewer tokens than it could train on
+
+
+def test_stacks_of_a_length_train_under_names_of_their_own():
+    from test_experiments_laplacian_lm import tiny
+    assert lm.unit_name(tiny(), 2, 8, (0, 1)) == "lap=2,steps=8"
+    one = tiny(stack_size=1)
+    assert [lm.unit_name(one, 2, 8, (s,)) for s in (0, 1)] == \
+        ["lap=2,steps=8,seeds=0-0", "lap=2,steps=8,seeds=1-1"]

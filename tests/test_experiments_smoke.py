@@ -17,8 +17,8 @@ from ddcl_theory.runtime import profile
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The experiments (module stems) of the first of the two smoke processes: about half the
-#: seconds (the language model's is the largest single share).
-SMOKE_FIRST_SHARE = {"laplacian_lm", "soft_vq", "orbital_debris"}
+#: seconds (the language model, GPT-2 small on one thread, takes about half alone).
+SMOKE_FIRST_SHARE = {"laplacian_lm"}
 
 #: Settings fields a smoke run may shrink: budgets (how long, how often, how many runs or
 #: examples), never a model size or a per-example shape.

@@ -83,8 +83,8 @@ def test_examples_are_non_negative_ints_per_class_and_at_least_one_per_step(name
 
 def test_the_paper_examples():
     paper = {name: EXAMPLES[name](_settings(name, False)) for name in TRAINING}
-    # 2 arms; every length x 5 seeds (5 trend seeds = all 5); batch 64 x block 256 characters
-    assert paper["laplacian_lm.run"] == {"StackedModels": 2 * (1250 + 2500 + 5000) * 5 * 64 * 256}
+    # 2 arms; every length x 5 seeds (5 trend seeds = all 5); batch 64 x context 1,024 tokens
+    assert paper["laplacian_lm.run"] == {"StackedModels": 2 * (1250 + 2500 + 5000) * 5 * 64 * 1024}
     # one example per head step, the 20,000 objects per readout step
     assert paper["orbital_debris.run"] == {"DDCLAttention": 500 * (10 * (26 + 2 * 3) + 2 * 3),
                                            "QuantizedMLPAutoencoder": 500 * 2 * 20_000}
@@ -104,7 +104,7 @@ def test_the_paper_settings_encode_the_full_data_sets():
 
 def test_the_paper_counts():
     paper = {name: STEPS[name](_settings(name, False)) for name in TRAINING}
-    assert paper["laplacian_lm.run"] == 2 * (1250 + 2500 + 5000)
+    assert paper["laplacian_lm.run"] == 2 * (1250 + 2500 + 5000) * 5     # stacks of one seed
     assert paper["orbital_debris.run"] == 500 * (10 * (26 + 2 * 3) + 2 * 4)
     assert paper["stacked_layers.run"] == 40 * 10 * -(-11_314 // 50)
 

@@ -53,7 +53,7 @@ from ddcl_theory.runtime.workers import map_units
 from ddcl_theory.runtime.training import fit
 
 __all__ = ["LMSettings", "LMRun", "LMStudy", "lr_factor", "measure", "heldout_window_losses",
-           "train_lm_stack", "run"]
+           "train_lm_stack", "unit_name", "run"]
 
 #: The seeds of the confirmatory run (the rule L9 registers as many).
 REFERENCE_SEEDS = 20
@@ -186,7 +186,7 @@ class LMRun:
     cdnv: tuple[float, ...]
     best: int
     heldout_windows: np.ndarray
-    #: the downstream task's accuracy per character (acc_norm) at the optimum, where scored
+    #: the downstream task's length-normalised accuracy (acc_norm) at the optimum, where scored
     downstream: float | None = None
 
     @property
@@ -283,7 +283,7 @@ def measure(model: nn.Module, windows: dict[str, tuple[torch.Tensor, torch.Tenso
             min_count: int) -> dict[str, float]:
     """One model on the fixed windows ``{"val" | "heldout" | "train": (ids, starts)}``: the
     mean loss of each part and the CDNV of the held-out tokens after the final LayerNorm by the
-    character that follows each."""
+    token (character) that follows each."""
     model.eval()
     out = {}
     for part, (ids, starts) in windows.items():
@@ -369,7 +369,7 @@ def train_lm_stack(settings: LMSettings, data: LMData | TextParts, laplacian_hea
         best.update(stack, torch.tensor(m["val_loss"]), r + 1)
         return m
 
-    name = f"lap={laplacian_heads},steps={steps}"
+    name = unit_name(settings, laplacian_heads, steps, seeds)
     log = fit(stack, opt, rounds=settings.rounds, loss=per_seed, device=device, run=run,
               name=name, batches=lambda _r: stacked_batches([one_seed(g)
                                                              for g in stack.generators]),
@@ -388,6 +388,16 @@ def train_lm_stack(settings: LMSettings, data: LMData | TextParts, laplacian_hea
                           heldout_window_losses(model, text.heldout, block),
                           _downstream(settings, data, model, steps, device)))
     return runs
+
+
+def unit_name(settings: LMSettings, laplacian_heads: int, steps: int,
+              seeds: Sequence[int]) -> str:
+    """The run directory's name of one stack (its unit and its training state): the arm and
+    length, and its seeds where a length trains in several stacks."""
+    name = f"lap={laplacian_heads},steps={steps}"
+    if settings.stack_size is not None:
+        name += f",seeds={seeds[0]}-{seeds[-1]}"
+    return name
 
 
 def _stack_unit(settings: LMSettings, *args) -> list[LMRun]:
@@ -410,10 +420,8 @@ def run(settings: LMSettings | None = None) -> LMStudy:
     for steps in settings.steps:
         for lap in settings.arms:
             for seeds in _stacks(settings.seeds_at(steps), settings.stack_size):
-                name = f"lap={lap},steps={steps}"
-                if settings.stack_size is not None:
-                    name += f",seeds={seeds[0]}-{seeds[-1]}"
-                units.append((name, (settings, data, lap, steps, seeds, device, ckpt)))
+                units.append((unit_name(settings, lap, steps, seeds),
+                              (settings, data, lap, steps, seeds, device, ckpt)))
                 costs.append(steps * len(seeds))
     with _threads(settings.threads):
         stacks = map_units(ckpt, _stack_unit, units, workers=settings.workers,

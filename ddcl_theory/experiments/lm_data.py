@@ -8,8 +8,8 @@ each ending scored after its context (:mod:`ddcl_theory.experiments.downstream`)
 
 The paper profile's smoke run checks the code at the paper's shapes where FineWeb, GPT-2's BPE
 files and HellaSwag are not fetched. There, and only there, stand-ins take their place, with a
-notice: Tiny Shakespeare's characters as ids in a vocabulary of GPT-2's size, and
-HellaSwag-format items cut from its held-out text (:func:`standin_items`).
+notice: Tiny Shakespeare's characters as ids in a vocabulary of GPT-2's size, split as FineWeb
+is, and HellaSwag-format items cut from its held-out part (:func:`standin_items`).
 """
 from __future__ import annotations
 
@@ -109,7 +109,7 @@ def _gpt2(settings, device: str | torch.device) -> LMData:
     vocab = standin_vocab(chars.vocab)
     text = corpus_parts(ids, vocab, settings.val_fraction, settings.heldout_fraction, device,
                         f"{chars.source} (smoke stand-in for FineWeb)")
-    heldout = "".join(chars.vocab[i] for i in chars.heldout.tolist())
+    heldout = "".join(chars.vocab[i] for i in text.heldout.tolist())    # never trained on
     n = settings.downstream_items or 2
     return LMData(text, CharEncoder(chars.vocab), standin_items(heldout, n),
                   "HellaSwag-format stand-in")

@@ -147,7 +147,7 @@ def _downstream_text(study) -> tuple[str, dict[str, float]]:
         return "", {}
     means = {str(a): float(np.mean(v)) for a, v in scores.items()}
     diff = np.array(scores[arms[1]]) - np.array(scores[arms[0]])
-    return (f" Beside: {task} accuracy per character (acc_norm) none "
+    return (f" Beside: {task} length-normalised accuracy (acc_norm) none "
             f"{100 * means[str(arms[0])]:.1f}%, Laplacian {100 * means[str(arms[1])]:.1f}%; "
             f"Laplacian - none {100 * diff.mean():+.1f} points (mean over "
             f"{len(diff)} seeds; chance 25%)."), means
@@ -245,7 +245,7 @@ def decide_l9(study) -> Verdict:
         f"none {_iv(loss_t)} ({_word_text(loss_t)}). "
         + "By length: " + "; ".join(f"{_iv(r[0])} at {label}" for label, r in per_scale.items())
         + f" ({moves}). CDNV of the held-out tokens at the optimum: none "
-        f"{cdnv[base_arm]:.3f}, Laplacian {cdnv[lap_arm]:.3f}; relative change "
+        f"{cdnv[base_arm]:.4g}, Laplacian {cdnv[lap_arm]:.4g}; relative change "
         f"{_iv(cdnv_t, 100, '+.1f')}% ({_word_text(cdnv_t)}). Beside: at a matched validation loss "
         f"(mean {level.mean():.3f} nats/{unit}) {_iv(matched_t, 100, '+.1f')}% "
         f"({_word_text(matched_t)}). Sampling the held-out windows adds about "
