@@ -7,8 +7,10 @@
 # 2. the paper profile's smoke run on the GPU (bf16 autocast), every experiment the chapters
 #    call (or those whose names start with NAME): seconds, optimiser steps, seconds per step and
 #    peak device memory of each, printed and written to $OUT/smoke.json;
-# 3. the papers' recipes that no chapter runs yet (DeiT-style ViT-S, GPT-2 small) at their
-#    shapes: seconds per step, examples per second, peak memory, written to $OUT/recipes.json;
+# 3. the papers' recipes at their shapes (DeiT-style ViT-S and DINO ViT-S/16, which no chapter
+#    runs yet; GPT-2 small, which the language-model chapter runs under the paper profile, at
+#    batch 8): seconds per step, examples per second, peak memory, written to
+#    $OUT/recipes.json;
 # 4. one short chapter (decomposition) under the paper profile, executed end to end.
 # Outputs go to $OUT (default _build/gpu-check); nothing committed is touched. The whole check
 # stops after $LIMIT seconds (default 420: the smoke run) plus 60 s for the recipes and 120 s

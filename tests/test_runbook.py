@@ -31,6 +31,29 @@ def test_encoder_length_is_checked(length):
         flops.encoder_flops_per_token(length)
 
 
+def test_attention_on_the_cpu_counts_as_on_the_gpu():
+    """SDPA's CPU kernel counts 0 in torch's FLOP counter until taught: then its two products
+    (2 * 2 * B * H * T * T * D forward; 2.5x that backward, torch's formula), under vmap too."""
+    from torch.utils.flop_counter import FlopCounterMode
+    import torch
+    q = torch.randn(2, 3, 16, 8, requires_grad=True)
+    mask = torch.zeros(16, 16)
+
+    def counted(fn) -> int:
+        with FlopCounterMode(display=False) as counter:
+            fn()
+        return counter.get_total_flops()
+
+    attend = lambda x: torch.nn.functional.scaled_dot_product_attention(x, x, x, attn_mask=mask)  # noqa: E731
+    flops.count_cpu_attention()
+    flops.count_cpu_attention()                                    # idempotent
+    forward = 4 * 2 * 3 * 16 * 16 * 8
+    assert counted(lambda: attend(q)) == forward
+    assert counted(lambda: attend(q).sum().backward()) == forward + 2.5 * forward
+    assert counted(lambda: torch.vmap(attend)(q.detach()[None].repeat(2, 1, 1, 1, 1))) == \
+        2 * forward
+
+
 @dataclasses.dataclass
 class _S:
     seeds: tuple = (0, 1, 2)
