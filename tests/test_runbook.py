@@ -6,6 +6,7 @@ import dataclasses
 import pytest
 
 from ddcl_theory.runbook import flops, page
+from ddcl_theory.runbook.cpu_attention import count_cpu_attention
 
 
 def _per_token(layers: int, d: int, ffn: int, length: int) -> int:
@@ -45,8 +46,8 @@ def test_attention_on_the_cpu_counts_as_on_the_gpu():
         return counter.get_total_flops()
 
     attend = lambda x: torch.nn.functional.scaled_dot_product_attention(x, x, x, attn_mask=mask)  # noqa: E731
-    flops.count_cpu_attention()
-    flops.count_cpu_attention()                                    # idempotent
+    count_cpu_attention()
+    count_cpu_attention()                                          # idempotent
     forward = 4 * 2 * 3 * 16 * 16 * 8
     assert counted(lambda: attend(q)) == forward
     assert counted(lambda: attend(q).sum().backward()) == forward + 2.5 * forward

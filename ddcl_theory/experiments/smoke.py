@@ -145,7 +145,7 @@ def measure_entry(entry: Experiment, device: str = "cpu", flops: bool = False) -
 
     from ddcl_theory.runtime.training import counting_flops, steps_taken
     if flops:
-        from ddcl_theory.runbook.flops import count_cpu_attention
+        from ddcl_theory.runbook.cpu_attention import count_cpu_attention
         count_cpu_attention()
     on_cuda = device == "cuda"
     if on_cuda:

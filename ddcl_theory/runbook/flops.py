@@ -25,27 +25,13 @@ import torch
 from ddcl_theory.runtime.io import write_json
 from ddcl_theory.runtime.paths import repo_root
 
-__all__ = ["FLOPS_FILE", "count_cpu_attention", "encoder_flops_per_token", "from_report", "count", "read", "main"]
+__all__ = ["FLOPS_FILE", "encoder_flops_per_token", "from_report", "count", "read", "main"]
 
 #: the committed counts, relative to the checkout
 FLOPS_FILE = Path("results") / "runbook" / "flops.json"
 #: BERT-base's shape (Devlin et al. 2019): the text chapters' paper encoder
 BERT_BASE_SHAPE = {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
                    "intermediate_size": 3072}
-
-
-def count_cpu_attention() -> None:
-    """Teach torch's FLOP counter the CPU kernels of ``scaled_dot_product_attention`` (the
-    flash kernel for the CPU and its backward), with the formulas it holds for the GPU kernels:
-    without them the attention of every model that calls SDPA counts 0 on the CPU. Idempotent."""
-    from torch.utils import flop_counter as fc
-    aten = torch.ops.aten
-    forward = aten._scaled_dot_product_flash_attention_for_cpu
-    backward = aten._scaled_dot_product_flash_attention_for_cpu_backward
-    if forward.default in fc.flop_registry or forward in fc.flop_registry:
-        return
-    fc.register_flop_formula(forward, get_raw=True)(fc.sdpa_flop)          # already shaped
-    fc.register_flop_formula(backward, get_raw=True)(fc.sdpa_backward_flop)
 
 
 def encoder_flops_per_token(length: int = 512, **shape: int) -> int:
