@@ -1,10 +1,11 @@
-"""The recipe check of the prepared GPU check: the three paper-scale recipes take timed steps
+"""The recipe check of the prepared GPU check: the paper-scale recipes take timed steps
 and report their speed and memory (here at the cpu profile's shapes)."""
 from __future__ import annotations
 
 import json
 
 import pytest
+import torch
 
 from ddcl_theory.experiments import recipe_check
 
@@ -15,7 +16,7 @@ def test_the_timing_runs_under_the_paper_profile(monkeypatch, tmp_path):
     report = tmp_path / "r.json"
     assert recipe_check.main(["--device", "cpu", "--steps", "1", "--small",
                               "--report", str(report)]) == 0
-    assert [r["bf16"] for r in json.loads(report.read_text())["recipes"]] == [True] * 3
+    assert [r["bf16"] for r in json.loads(report.read_text())["recipes"]] == [True] * 4
 
 
 def test_both_recipes_are_timed_and_reported(tmp_path, capsys):
@@ -23,13 +24,28 @@ def test_both_recipes_are_timed_and_reported(tmp_path, capsys):
     assert recipe_check.main(["--device", "cpu", "--steps", "1", "--small",
                               "--report", str(report)]) == 0
     rows = json.loads(report.read_text())["recipes"]
-    assert [r["recipe"] for r in rows] == ["deit", "gpt2", "dino"]
+    assert [r["recipe"] for r in rows] == ["gpt2 stacked", "gpt2", "deit", "dino"]
     for r in rows:
         assert r["seconds_per_step"] > 0 and r["examples_per_second"] > 0 and r["peak_mib"] > 0
-    assert rows[0]["seeds"] == 2 and rows[0]["hours_per_stack"] > 0
-    assert rows[2]["hours_per_arm"] > 0 and rows[2]["batch"] == 8
-    assert [r["bf16"] for r in rows] == [False] * 3               # bf16 on CUDA only
+    assert rows[0]["batch"] == rows[1]["batch"] == 2
+    assert rows[2]["seeds"] == 2 and rows[2]["hours_per_stack"] > 0
+    assert rows[3]["hours_per_arm"] > 0 and rows[3]["batch"] == 8
+    assert [r["bf16"] for r in rows] == [False] * 4               # bf16 on CUDA only
     out = capsys.readouterr().out
-    assert out.count("recipe_check:") == 3 and "h an arm for the schedule" in out
+    assert out.count("recipe_check:") == 4 and "h an arm for the schedule" in out
     with pytest.raises(SystemExit):
         recipe_check.main(["--steps", "0", "--small"])
+
+
+def test_a_recipe_out_of_memory_is_reported_and_the_others_run(monkeypatch, tmp_path, capsys):
+    def no_memory(*_a, **_k):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 12.00 GiB")
+    monkeypatch.setattr(recipe_check, "time_deit", no_memory)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    report = tmp_path / "recipes.json"
+    assert recipe_check.main(["--device", "cpu", "--steps", "1", "--small",
+                              "--report", str(report)]) == 0
+    rows = json.loads(report.read_text())["recipes"]
+    assert [r["recipe"] for r in rows] == ["gpt2 stacked", "gpt2", "out of memory", "dino"]
+    assert rows[2]["error"] == "CUDA out of memory. Tried to allocate 12.00 GiB"
+    assert "out of device memory: CUDA out of memory" in capsys.readouterr().out

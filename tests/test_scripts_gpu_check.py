@@ -46,3 +46,21 @@ def test_the_commands_it_runs_accept_its_arguments(tmp_path):
     helped = subprocess.run([sys.executable, *recipes, "--help"], cwd=ROOT,
                             capture_output=True, text=True, timeout=120)
     assert helped.returncode == 0 and "--small" in helped.stdout, helped.stderr
+
+
+def test_a_failing_step_does_not_stop_the_others_and_sets_the_status(tmp_path):
+    stub = tmp_path / "python"          # the smoke run fails; every call goes to $CALLS
+    stub.write_text('#!/bin/bash\necho "$@" >> "$CALLS"\ncat > /dev/null\n'
+                    'case "$*" in *experiments.smoke*) exit 3;; esac\n')
+    stub.chmod(0o755)
+
+    def check(calls, **env):
+        done = subprocess.run(["bash", str(SCRIPT)], cwd=ROOT, capture_output=True, text=True,
+                              env=dict(os.environ, PY=str(stub), CALLS=str(calls),
+                                       OUT=str(tmp_path / f"out_{calls.stem}"), **env), timeout=60)
+        assert done.returncode == 3 and "done (status 3)" in done.stdout
+        return calls.read_text()
+
+    calls = check(tmp_path / "all")
+    assert "recipe_check" in calls and "experiments.smoke" in calls and "goldens" in calls
+    assert "goldens" not in check(tmp_path / "no_chapter", CHAPTER="0")

@@ -3,16 +3,23 @@
     python -m ddcl_theory.experiments.recipe_check [--device cuda] [--steps N] [--report FILE]
                                                    [--small]
 
-Times optimiser steps of the three paper-scale recipes that no chapter runs yet, on random
-data of their shapes: the DeiT-style ViT-S of L6-L8 (:mod:`ddcl_theory.experiments.deit_recipe`:
-crops, flips, mixup or cutmix, AdamW, the seeds of a setting stacked), GPT-2 small with 5
-Laplacian heads of L9 (:mod:`ddcl_theory.experiments.gpt2_recipe`) and the DINO+iBOT ViT-S/16
-of L10 (:mod:`ddcl_theory.experiments.dino_recipe`: two views, masks, the teacher's EMA). Each: one warm-up step, then
-``--steps`` timed steps (one device synchronisation around them), under bf16 autocast on CUDA.
-It prints and records the seconds per step, examples (images or tokens) per second, the peak
-device memory (CUDA) or the process's peak resident set (CPU), and, for the ViT, the hours of
-one stack's full schedule at that speed (for DINO, one arm's). ``--small`` runs the cpu profile's shapes instead (the
-plumbing check of the tests). Part of the prepared GPU check (``scripts/gpu_check.sh``).
+Times optimiser steps of the paper-scale recipes on random data of their shapes:
+
+* GPT-2 small with 5 Laplacian heads of L9 (:mod:`ddcl_theory.experiments.gpt2_recipe`) at the
+  language-model study's batch, once as the study trains it (a stack of one seed under
+  ``vmap``) and once as a plain model, each with the attention kernels that ran (on CUDA);
+* the DeiT-style ViT-S of L6-L8 (:mod:`ddcl_theory.experiments.deit_recipe`: crops, flips,
+  mixup or cutmix, AdamW, the seeds of a setting stacked), which no chapter runs yet;
+* the DINO+iBOT ViT-S/16 of L10 (:mod:`ddcl_theory.experiments.dino_recipe`: two views, masks,
+  the teacher's EMA), which no chapter runs yet.
+
+Each: one warm-up step, then ``--steps`` timed steps (one device synchronisation around them),
+under bf16 autocast on CUDA. It prints and records the seconds per step, examples (images or
+tokens) per second, the peak device memory (CUDA) or the process's peak resident set (CPU),
+and, for the ViT, the hours of one stack's full schedule at that speed (for DINO, one arm's).
+A recipe that runs out of device memory is recorded as such and the others still run.
+``--small`` runs the cpu profile's shapes instead (the plumbing check of the tests). Part of
+the prepared GPU check (``scripts/gpu_check.sh``).
 """
 from __future__ import annotations
 
@@ -29,6 +36,7 @@ import torch.nn.functional as F
 
 from ddcl_theory.data import augment
 from ddcl_theory.experiments import deit_recipe, dense_features, dino_recipe, gpt2_recipe
+from ddcl_theory.experiments.laplacian_lm import LMSettings
 from ddcl_theory.runtime.precision import amp_enabled, autocast
 from ddcl_theory.models.hf_vit import draw_drop_scale, drop_path_rates
 from ddcl_theory.runtime.stacked import StackedModels
@@ -94,28 +102,63 @@ def time_deit(device: str, steps: int, *, seeds: int = 2, recipe=None) -> dict:
             "hours_per_stack": seconds * per_epoch * recipe.epochs / 3600}
 
 
-def time_gpt2(device: str, steps: int, *, batch: int = 8, shapes=None) -> dict:
-    """GPT-2 with 5 Laplacian heads a block, next-token cross-entropy, one batch a step."""
+def attention_kernels(step) -> list[str]:
+    """The CUDA kernels of one call of ``step`` whose names say attention or softmax: which
+    SDPA backend ran (flash, memory-efficient, cuDNN) or, for the math path, its softmax."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    words = ("attention", "attn", "flash", "fmha", "efficient", "cudnn", "softmax")
+    names = {e.key for e in prof.key_averages() if any(w in e.key.lower() for w in words)}
+    return sorted(n[:100] for n in names)
+
+
+def time_gpt2(device: str, steps: int, *, batch: int = 8, shapes=None,
+              stacked: bool = False) -> dict:
+    """GPT-2 with 5 Laplacian heads a block, next-token cross-entropy, one batch a step; with
+    ``stacked``, as the language-model study trains it: a stack of one seed under ``vmap``."""
     shapes = shapes or gpt2_recipe.GPT2Shapes.from_profile()
     vocab = 50257
-    model = shapes.model(vocab, shapes.laplacian_heads).to(device)
+    if stacked:
+        model = StackedModels(lambda _s: shapes.model(vocab, shapes.laplacian_heads),
+                              (0,)).to(device)
+        ids = torch.randint(0, vocab, (1, batch, shapes.block_size + 1), device=device)
+
+        def loss_of() -> torch.Tensor:
+            return torch.vmap(lambda logits, y: F.cross_entropy(
+                logits.reshape(-1, vocab).float(), y.reshape(-1)))(
+                    model(ids[..., :-1]), ids[..., 1:]).sum()
+    else:
+        model = shapes.model(vocab, shapes.laplacian_heads).to(device)
+        ids = torch.randint(0, vocab, (batch, shapes.block_size + 1), device=device)
+
+        def loss_of() -> torch.Tensor:
+            logits = model(ids[:, :-1])
+            return F.cross_entropy(logits.reshape(-1, vocab).float(), ids[:, 1:].reshape(-1))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    ids = torch.randint(0, vocab, (batch, shapes.block_size + 1), device=device)
 
     def step() -> None:
         with autocast(device):
-            logits = model(ids[:, :-1])
-            loss = F.cross_entropy(logits.reshape(-1, vocab).float(), ids[:, 1:].reshape(-1))
+            loss = loss_of()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
 
     seconds = _timed(step, device, steps)
-    return {"recipe": "gpt2", "shapes": f"GPT-2 d={shapes.dim} depth={shapes.depth} "
-            f"heads={shapes.heads} context={shapes.block_size}", "batch": batch,
-            "seconds_per_step": seconds,
-            "examples_per_second": batch * shapes.block_size / seconds,
-            "peak_mib": _peak_mib(device)}
+    row = {"recipe": "gpt2 stacked" if stacked else "gpt2",
+           "shapes": f"GPT-2 d={shapes.dim} depth={shapes.depth} heads={shapes.heads} "
+           f"context={shapes.block_size} attention={shapes.attention}", "batch": batch,
+           "seconds_per_step": seconds,
+           "examples_per_second": batch * shapes.block_size / seconds,
+           "peak_mib": _peak_mib(device)}
+    if device.startswith("cuda"):
+        row["attention_kernels"] = attention_kernels(step)
+    del model, opt
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    return row
 
 
 def time_dino(device: str, steps: int, *, recipe=None) -> dict:
@@ -174,13 +217,25 @@ def main(argv: list[str] | None = None) -> int:
             recipe = deit_recipe.DeiTRecipe.from_profile()
             shapes = gpt2_recipe.GPT2Shapes.from_profile()
             dino = dino_recipe.DinoRecipe.from_profile()
-        rows = [time_deit(args.device, args.steps, recipe=recipe),
-                time_gpt2(args.device, args.steps, shapes=shapes,
-                          batch=2 if args.small else 8),
-                time_dino(args.device, args.steps, recipe=dino)]
+        lm_batch = 2 if args.small else LMSettings.from_profile().batch_size
+        timings = [lambda: time_gpt2(args.device, args.steps, shapes=shapes, batch=lm_batch,
+                                     stacked=True),
+                   lambda: time_gpt2(args.device, args.steps, shapes=shapes, batch=lm_batch),
+                   lambda: time_deit(args.device, args.steps, recipe=recipe),
+                   lambda: time_dino(args.device, args.steps, recipe=dino)]
+        rows = []
+        for timing in timings:
+            try:
+                rows.append(timing())
+            except torch.OutOfMemoryError as error:   # the others still run, and say so
+                rows.append({"recipe": "out of memory", "error": str(error).splitlines()[0]})
+                print(f"recipe_check: out of device memory: {rows[-1]['error']}")
+                torch.cuda.empty_cache()
         for r in rows:
             r["bf16"] = amp_enabled(args.device)
     for r in rows:
+        if "error" in r:
+            continue
         extra = (f", {r['hours_per_stack']:.2f} h a stack of {r['seeds']} for the schedule"
                  if "hours_per_stack" in r else
                  f", {r['hours_per_arm']:.2f} h an arm for the schedule"
@@ -189,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{', bf16' if r['bf16'] else ''}: "
               f"{r['seconds_per_step'] * 1000:.1f} ms/step, {r['examples_per_second']:.0f} "
               f"examples/s, peak {r['peak_mib']:.0f} MiB{extra}")
+        for kernel in r.get("attention_kernels", ()):
+            print(f"recipe_check:   attention kernel {kernel}")
     if args.report:
         args.report.write_text(json.dumps({"device": args.device, "recipes": rows}, indent=1)
                                + "\n", encoding="utf-8")
