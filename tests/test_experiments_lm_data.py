@@ -163,6 +163,7 @@ def test_the_paper_profile_is_gpt2_small_in_stacks_of_one(monkeypatch):
     assert (s.model, s.block_size, s.dim, s.depth, s.heads, s.laplacian_heads) == \
         ("gpt2", 1024, 768, 12, 12, 5)
     assert s.stack_size == 1 and s.attention == "sdpa"
+    assert s.decay_matrices_only and s.grad_clip == 1.0                    # GPT-2's recipe
     tokens = s.steps[-1] * s.batch_size * s.block_size
     train = s.corpus_tokens * (1 - s.heldout_fraction) * (1 - s.val_fraction)
     assert tokens < train           # the longest run draws fewer tokens than it could train on
@@ -174,3 +175,29 @@ def test_stacks_of_a_length_train_under_names_of_their_own():
     one = tiny(stack_size=1)
     assert [lm.unit_name(one, 2, 8, (s,)) for s in (0, 1)] == \
         ["lap=2,steps=8,seeds=0-0", "lap=2,steps=8,seeds=1-1"]
+
+
+def test_gpt2_s_recipe_decays_the_matrices_only_and_clips_each_seed(bpe_files, monkeypatch):
+    from ddcl_theory.runtime.stacked import StackedModels
+    seen = {}
+    clip = StackedModels.clip_before_step
+    monkeypatch.setattr(StackedModels, "clip_before_step",
+                        lambda self, opt, norm: seen.setdefault("clip", (opt, norm))
+                        and clip(self, opt, norm))
+    adamw = torch.optim.AdamW
+
+    def spy(params, **kwargs):
+        seen["opt"] = adamw(params, **kwargs)
+        return seen["opt"]
+    monkeypatch.setattr(torch.optim, "AdamW", spy)
+    settings = tiny_gpt2(decay_matrices_only=True, grad_clip=0.5, steps=(2,), seeds=(0,))
+    lm.train_lm_stack(settings, lm_data.lm_data(settings), 2, 2, (0,), "cpu")
+    decay, plain = seen["opt"].param_groups
+    assert (decay["weight_decay"], plain["weight_decay"]) == (settings.weight_decay, 0.0)
+    assert all(p.dim() >= 3 for p in decay["params"])          # (seed, rows, cols): matrices
+    assert plain["params"] and all(p.dim() == 2 for p in plain["params"])  # biases, LayerNorms
+    assert seen["clip"] == (seen["opt"], 0.5)
+    seen.clear()
+    lm.train_lm_stack(tiny_gpt2(steps=(2,), seeds=(0,)), lm_data.lm_data(tiny_gpt2()), 2, 2,
+                      (0,), "cpu")                                 # the character GPT's recipe
+    assert len(seen["opt"].param_groups) == 1 and "clip" not in seen

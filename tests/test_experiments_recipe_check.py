@@ -37,15 +37,18 @@ def test_both_recipes_are_timed_and_reported(tmp_path, capsys):
         recipe_check.main(["--steps", "0", "--small"])
 
 
-def test_a_recipe_out_of_memory_is_reported_and_the_others_run(monkeypatch, tmp_path, capsys):
+def test_a_failing_recipe_is_reported_and_the_others_run(monkeypatch, tmp_path, capsys):
     def no_memory(*_a, **_k):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 12.00 GiB")
     monkeypatch.setattr(recipe_check, "time_deit", no_memory)
-    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(recipe_check, "time_dino", lambda *_a, **_k: 1 / 0)
     report = tmp_path / "recipes.json"
     assert recipe_check.main(["--device", "cpu", "--steps", "1", "--small",
-                              "--report", str(report)]) == 0
+                              "--report", str(report)]) == 1
     rows = json.loads(report.read_text())["recipes"]
-    assert [r["recipe"] for r in rows] == ["gpt2 stacked", "gpt2", "out of memory", "dino"]
-    assert rows[2]["error"] == "CUDA out of memory. Tried to allocate 12.00 GiB"
-    assert "out of device memory: CUDA out of memory" in capsys.readouterr().out
+    assert [r["recipe"] for r in rows] == ["gpt2 stacked", "gpt2", "out of memory", "failed"]
+    assert rows[2]["error"] == "OutOfMemoryError: CUDA out of memory. Tried to allocate 12.00 GiB"
+    assert rows[3]["error"] == "ZeroDivisionError: division by zero"
+    out = capsys.readouterr().out
+    assert "out of memory: OutOfMemoryError: CUDA out of memory" in out
+    assert "failed: ZeroDivisionError" in out

@@ -9,7 +9,11 @@ transformers = pytest.importorskip("transformers", reason="laplacianize needs tr
 
 from ddcl_theory import laplacianize  # noqa: E402
 from ddcl_theory.layers.laplacian import LaplacianAttention  # noqa: E402
-from ddcl_theory.layers.laplacianize import IMPLEMENTATION, attention_modules  # noqa: E402
+from ddcl_theory.layers.laplacianize import (  # noqa: E402
+    IMPLEMENTATION,
+    SDPA_IMPLEMENTATION,
+    attention_modules,
+)
 
 D, H = 16, 4
 #: transformers' eager attention takes its softmax in float32 even for float64 inputs
@@ -125,3 +129,73 @@ def test_bad_arguments_name_what_was_expected():
                                      intermediate_size=32, vocab_size=50)
     with pytest.raises(ValueError, match="model: no self-attention layer"):
         laplacianize(transformers.RobertaModel(cfg), 1)
+
+
+@pytest.mark.parametrize("impl", ["eager", "sdpa"])
+def test_each_base_gets_its_own_masks(impl, monkeypatch):
+    """Over SDPA a purely causal mask is left out (SDPA's ``is_causal``: the fused kernels,
+    and the path that runs under vmap on CUDA); over eager it is the additive float mask."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    import ddcl_theory.layers.laplacianize as lz
+    model = laplacianize(_gpt2(impl), 2)
+    assert model.config._attn_implementation == {"eager": IMPLEMENTATION,
+                                                  "sdpa": SDPA_IMPLEMENTATION}[impl]
+    masks = []
+
+    def spying(function):
+        def spy(module, q, k, v, mask, *args, **kwargs):
+            masks.append(mask)
+            return function(module, q, k, v, mask, *args, **kwargs)
+        return spy
+    if impl == "sdpa":
+        monkeypatch.setitem(ALL_ATTENTION_FUNCTIONS._global_mapping, "sdpa",
+                            spying(ALL_ATTENTION_FUNCTIONS._global_mapping["sdpa"]))
+    else:
+        eager_of = lz._eager_of
+        monkeypatch.setattr(lz, "_eager_of", lambda module: spying(eager_of(module)))
+    ids = torch.randint(0, 50, (2, 8))
+    model(ids)
+    assert len(masks) == 2
+    if impl == "sdpa":
+        assert all(m is None for m in masks)
+        padded = model(ids, attention_mask=torch.tensor([[1] * 8, [0] * 2 + [1] * 6]))
+        assert masks[-1] is not None and masks[-1].dtype == torch.bool      # padding: a mask
+        assert torch.isfinite(padded.logits).all()
+    else:
+        assert all(m is not None and m.dtype == torch.float64 for m in masks)
+
+
+def test_sdpa_base_survives_a_second_call_and_zero_heads():
+    model = laplacianize(_gpt2("sdpa"), 3)
+    laplacianize(model, 1)
+    assert model.config._attn_implementation == SDPA_IMPLEMENTATION
+    assert {m.laplacian_base for _, m, _ in attention_modules(model)} == {"sdpa"}
+    plain = _gpt2("sdpa")
+    plain.load_state_dict(model.state_dict())
+    ids = torch.randint(0, 50, (2, 8))
+    assert torch.allclose(laplacianize(model, 0)(ids).logits, plain(ids).logits, atol=1e-12)
+
+
+def test_under_vmap_on_cuda_sdpa_leaves_out_the_memory_efficient_kernel(monkeypatch):
+    """Its backward fails under vmap on CUDA ("LSE is not correctly aligned", seen on an H200):
+    there the SDPA base runs with cuDNN, flash or math; elsewhere nothing changes."""
+    import contextlib
+    from types import SimpleNamespace
+
+    import ddcl_theory.layers.laplacianize as lz
+    seen = []
+    torch.vmap(lambda q: seen.append(lz._vmap_safe_sdpa("sdpa", q)) or q)(torch.randn(3, 4))
+    assert isinstance(seen[0], contextlib.nullcontext)                 # vmap on the CPU
+    cuda_like = SimpleNamespace(is_cuda=True)
+    monkeypatch.setattr(torch._C._functorch, "is_batchedtensor", lambda _t: True)
+    assert isinstance(lz._vmap_safe_sdpa("eager", cuda_like), contextlib.nullcontext)
+    chosen = []
+    import torch.nn.attention as attention
+    monkeypatch.setattr(attention, "sdpa_kernel",
+                        lambda backends, set_priority=False: chosen.append(backends) or "ctx")
+    assert lz._vmap_safe_sdpa("sdpa", cuda_like) == "ctx"
+    assert attention.SDPBackend.EFFICIENT_ATTENTION not in chosen[0]
+    assert chosen[0][-1] == attention.SDPBackend.MATH
+    monkeypatch.setattr(torch._C._functorch, "is_batchedtensor", lambda _t: False)
+    assert isinstance(lz._vmap_safe_sdpa("sdpa", cuda_like), contextlib.nullcontext)

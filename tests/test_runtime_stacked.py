@@ -327,3 +327,23 @@ def test_bad_inputs_raise_clear_errors():
         stack_batches([torch.zeros(2, 3), torch.zeros(3, 3)])
     with pytest.raises(ValueError, match="ended before the others"):
         list(stacked_batches([[torch.zeros(1)] * 2, [torch.zeros(1)]]))
+
+
+def test_a_single_seed_called_directly_equals_its_vmapped_twin():
+    """``direct_single``: one seed runs without vmap (fused kernels on CUDA) with the same
+    outputs, nested outputs and gradients; a stack of two ignores the switch."""
+    x = torch.randint(0, 11, (1, 3, 8))
+    direct = StackedModels(_gpt(1), (5,), direct_single=True)
+    mapped = StackedModels(_gpt(1), (5,))
+    for stack in (direct, mapped):
+        logits, states = stack(x, return_hidden=True)
+        assert logits.shape == (1, 3, 8, 11) and states[-1].shape == (1, 3, 8, 8)
+        _ce(logits[0], x[0]).backward()
+    torch.testing.assert_close(direct(x), mapped(x), **F64)
+    torch.testing.assert_close(direct(x, return_hidden=True)[1][1],
+                               mapped(x, return_hidden=True)[1][1], **F64)
+    for (name, a), (_, b) in zip(direct.named_parameters(), mapped.named_parameters()):
+        assert a.grad is not None and a.grad.shape == a.shape, name
+        torch.testing.assert_close(a.grad, b.grad, **F64)
+    pair = StackedModels(_gpt(1), SEEDS, direct_single=True)
+    assert pair(torch.randint(0, 11, (2, 3, 8))).shape == (2, 3, 8, 11)

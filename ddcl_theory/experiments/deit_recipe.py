@@ -31,6 +31,7 @@ from torch import nn
 from ddcl_theory.data import augment
 from ddcl_theory.experiments import laplacian_vit as lv
 from ddcl_theory.experiments.laplacian_common import laplacian_count
+from ddcl_theory.experiments.optim_groups import decay_groups
 from ddcl_theory.experiments.laplacian_study import ViTRun, measure_vit
 from ddcl_theory.metrics import geometry as metrics
 from ddcl_theory.models.hf_vit import HFViT, draw_drop_scale, drop_path_rates
@@ -142,15 +143,8 @@ def param_groups(module: nn.Module, weight_decay: float, stacked: bool = False) 
     """AdamW groups as DeiT's: weight decay on the weight matrices, none on biases, norms,
     the position embeddings and the CLS token (``stacked``: parameters carry a leading seed
     axis)."""
-    decay, no_decay = [], []
-    extra = 1 if stacked else 0
-    for name, p in module.named_parameters():
-        if not p.requires_grad:
-            continue
-        plain = p.dim() - extra <= 1 or name.endswith(("position_embeddings", "cls_token"))
-        (no_decay if plain else decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay},
-            {"params": no_decay, "weight_decay": 0.0}]
+    return decay_groups(module, weight_decay, stacked=stacked,
+                        extra_plain=("position_embeddings", "cls_token"))
 
 
 def lr_factor(step: int, total: int, warmup: int, floor: float) -> float:

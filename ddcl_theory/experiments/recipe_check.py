@@ -17,7 +17,8 @@ Each: one warm-up step, then ``--steps`` timed steps (one device synchronisation
 under bf16 autocast on CUDA. It prints and records the seconds per step, examples (images or
 tokens) per second, the peak device memory (CUDA) or the process's peak resident set (CPU),
 and, for the ViT, the hours of one stack's full schedule at that speed (for DINO, one arm's).
-A recipe that runs out of device memory is recorded as such and the others still run.
+A recipe that fails (out of device memory, say) is recorded with its error and the
+others still run; the check then exits with status 1.
 ``--small`` runs the cpu profile's shapes instead (the plumbing check of the tests). Part of
 the prepared GPU check (``scripts/gpu_check.sh``).
 """
@@ -121,8 +122,8 @@ def time_gpt2(device: str, steps: int, *, batch: int = 8, shapes=None,
     shapes = shapes or gpt2_recipe.GPT2Shapes.from_profile()
     vocab = 50257
     if stacked:
-        model = StackedModels(lambda _s: shapes.model(vocab, shapes.laplacian_heads),
-                              (0,)).to(device)
+        model = StackedModels(lambda _s: shapes.model(vocab, shapes.laplacian_heads), (0,),
+                              direct_single=True).to(device)
         ids = torch.randint(0, vocab, (1, batch, shapes.block_size + 1), device=device)
 
         def loss_of() -> torch.Tensor:
@@ -227,10 +228,14 @@ def main(argv: list[str] | None = None) -> int:
         for timing in timings:
             try:
                 rows.append(timing())
-            except torch.OutOfMemoryError as error:   # the others still run, and say so
-                rows.append({"recipe": "out of memory", "error": str(error).splitlines()[0]})
-                print(f"recipe_check: out of device memory: {rows[-1]['error']}")
-                torch.cuda.empty_cache()
+            except Exception as error:       # noqa: BLE001 -- the others still run, and say so
+                kind = ("out of memory" if isinstance(error, torch.OutOfMemoryError)
+                        else "failed")
+                rows.append({"recipe": kind, "error": f"{type(error).__name__}: "
+                             f"{str(error).splitlines()[0] if str(error) else ''}"})
+                print(f"recipe_check: {kind}: {rows[-1]['error']}")
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
         for r in rows:
             r["bf16"] = amp_enabled(args.device)
     for r in rows:
@@ -249,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.report:
         args.report.write_text(json.dumps({"device": args.device, "recipes": rows}, indent=1)
                                + "\n", encoding="utf-8")
-    return 0
+    return int(any("error" in r for r in rows))
 
 
 if __name__ == "__main__":

@@ -6,13 +6,17 @@ outputs ``V - P V`` instead of ``P V`` (:class:`~ddcl_theory.layers.laplacian.La
 computes the same thing on the package's own layout). No weight is added or changed.
 
 How: transformers routes every attention layer through one registered *attention function*
-(``config._attn_implementation``: ``"eager"``, ``"sdpa"``, ...). We register one more,
-``"laplacian"``, which calls the model's previous function and then, for the trailing heads each
-attention module names in its attribute ``laplacian_heads``, subtracts the result from the
-values. So the previous implementation (eager or SDPA, dropout, the KV cache of generation) keeps
-working unchanged; with a cache, each query's own value is the last rows of ``value``. Masks
-(causal, padding) reach it as transformers' additive float masks, which SDPA takes as well (a
-little slower than its built-in causal path).
+(``config._attn_implementation``: ``"eager"``, ``"sdpa"``, ...). We register one more under two
+names, ``"laplacian"`` over an eager base and ``"laplacian_sdpa"`` over SDPA, which calls the
+model's previous function and then, for the trailing heads each attention module names in its
+attribute ``laplacian_heads``, subtracts the result from the values. So the previous
+implementation (eager or SDPA, dropout, the KV cache of generation) keeps working unchanged;
+with a cache, each query's own value is the last rows of ``value``. Each name takes its base's
+masks: transformers' additive float masks for eager; SDPA's own for SDPA, which leave a purely
+causal mask out and pass ``is_causal`` instead. That keeps SDPA's fused kernels (flash, cuDNN),
+and is what runs under ``torch.vmap`` on CUDA: there, with a float mask, the memory-efficient
+kernel's backward fails ("LSE is not correctly aligned") and stacks of more than one model are
+refused ("attn_bias: wrong shape").
 
     >>> from transformers import ViTConfig, ViTModel
     >>> from ddcl_theory import laplacianize
@@ -24,6 +28,7 @@ little slower than its built-in causal path).
 """
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Iterator
 
@@ -32,10 +37,13 @@ from torch import Tensor, nn
 
 from ddcl_theory.runtime.validate import check_int_range
 
-__all__ = ["laplacianize", "attention_modules", "IMPLEMENTATION", "SUPPORTED"]
+__all__ = ["laplacianize", "attention_modules", "IMPLEMENTATION", "SDPA_IMPLEMENTATION",
+           "SUPPORTED"]
 
-#: The name of the attention function :func:`laplacianize` registers.
+#: The name of the attention function :func:`laplacianize` registers, over an eager base.
 IMPLEMENTATION = "laplacian"
+#: The same function over an SDPA base (with SDPA's masks).
+SDPA_IMPLEMENTATION = "laplacian_sdpa"
 #: The self-attention classes of the supported models and their attribute holding the number of
 #: heads (cross-attention modules are left alone).
 SUPPORTED = {"ViTAttention": "num_attention_heads", "ViTSelfAttention": "num_attention_heads",
@@ -57,6 +65,16 @@ def _eager_of(module: nn.Module):
     return getattr(sys.modules[type(module).__module__], "eager_attention_forward")
 
 
+def _vmap_safe_sdpa(base: str, query: Tensor):
+    """SDPA's backends without the memory-efficient one, for an SDPA base under ``vmap`` on
+    CUDA (its backward fails there); else no change."""
+    if base != "sdpa" or not query.is_cuda or not torch._C._functorch.is_batchedtensor(query):
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    return sdpa_kernel([SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.MATH],
+                       set_priority=True)
+
+
 def laplacian_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
                         attention_mask: Tensor | None, *args, **kwargs):
     """The registered attention function: the module's previous function, then ``V - P V`` on
@@ -66,7 +84,8 @@ def laplacian_attention(module: nn.Module, query: Tensor, key: Tensor, value: Te
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
     base = getattr(module, "laplacian_base", "eager")
     function = ALL_ATTENTION_FUNCTIONS.get_interface(base, _eager_of(module))
-    out, weights = function(module, query, key, value, attention_mask, *args, **kwargs)
+    with _vmap_safe_sdpa(base, query):
+        out, weights = function(module, query, key, value, attention_mask, *args, **kwargs)
     n = getattr(module, "laplacian_heads", 0)
     if n:
         heads, t = query.shape[1], query.shape[2]
@@ -79,17 +98,19 @@ def laplacian_attention(module: nn.Module, query: Tensor, key: Tensor, value: Te
 
 
 def _register() -> None:
-    """Register the attention function and, for its masks, transformers' additive float masks
-    (``eager_mask``: 0 where a query may attend, the dtype's minimum elsewhere), which both an
-    eager and an SDPA base take; an implementation without a mask function gets no mask at all,
-    causal or padding."""
+    """Register the attention function under both names, each with its base's masks:
+    transformers' additive float masks (``eager_mask``: 0 where a query may attend, the dtype's
+    minimum elsewhere) for an eager base, SDPA's (``sdpa_mask``: none where ``is_causal`` says
+    it all, else booleans) for SDPA. An implementation without a mask function would get no
+    mask at all, causal or padding."""
     from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-    if IMPLEMENTATION not in ALL_ATTENTION_FUNCTIONS:
-        AttentionInterface.register(IMPLEMENTATION, laplacian_attention)
-    if IMPLEMENTATION not in AttentionMaskInterface._global_mapping:
-        AttentionMaskInterface.register(IMPLEMENTATION, eager_mask)
+    for name, mask in ((IMPLEMENTATION, eager_mask), (SDPA_IMPLEMENTATION, sdpa_mask)):
+        if name not in ALL_ATTENTION_FUNCTIONS:
+            AttentionInterface.register(name, laplacian_attention)
+        if name not in AttentionMaskInterface._global_mapping:
+            AttentionMaskInterface.register(name, mask)
 
 
 def laplacianize(model: nn.Module, laplacian_heads: int) -> nn.Module:
@@ -117,10 +138,10 @@ def laplacianize(model: nn.Module, laplacian_heads: int) -> nn.Module:
                         0, heads)
     _register()
     current = config._attn_implementation
-    base = current if current != IMPLEMENTATION else getattr(found[0][1], "laplacian_base",
-                                                             "eager")
+    ours = (IMPLEMENTATION, SDPA_IMPLEMENTATION)
+    base = current if current not in ours else getattr(found[0][1], "laplacian_base", "eager")
     for _, module, _ in found:
         module.laplacian_base = base
         module.laplacian_heads = int(laplacian_heads)
-    model.set_attn_implementation(IMPLEMENTATION)
+    model.set_attn_implementation(SDPA_IMPLEMENTATION if base == "sdpa" else IMPLEMENTATION)
     return model

@@ -66,6 +66,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call, stack_module_state, vmap
+from torch.utils._pytree import tree_map
 from torch.utils.hooks import RemovableHandle
 
 from ddcl_theory.runtime.profile import seed_everything
@@ -124,6 +125,10 @@ class StackedModels(nn.Module):
             ``seed_everything(seed)``; every model must have the same structure.
         seeds: the S seeds (distinct non-negative ints), in the order of the stack's axis 0.
         randomness: ``vmap``'s mode for random ops in the forward, one of :data:`RANDOMNESS`.
+        direct_single: with one seed, call the model directly on its slice (no ``vmap``): the
+            fused kernels that have no batching rule stay in use (SDPA's flash and cuDNN
+            kernels on CUDA, which ``vmap`` replaces by the T x T math path). Off by default:
+            the two paths differ by rounding, and random ops draw differently.
         vmap_safe: switch on the vmap-safe paths (:data:`VMAP_SAFE_SWITCH`) in the stack's copy
             of the model; False keeps the model's own paths (vmap then runs an op without a
             batching rule once per seed, with a warning).
@@ -143,8 +148,10 @@ class StackedModels(nn.Module):
     """
 
     def __init__(self, make_model: Callable[[int], nn.Module], seeds: Iterable[int], *,
-                 randomness: str = "different", vmap_safe: bool = True) -> None:
+                 randomness: str = "different", vmap_safe: bool = True,
+                 direct_single: bool = False) -> None:
         super().__init__()
+        self.direct_single = bool(direct_single)
         seeds = tuple(seeds)
         if not seeds:
             raise ValueError("seeds: expected at least one seed, got none")
@@ -242,6 +249,11 @@ class StackedModels(nn.Module):
             return functional_call(template, (params, buffers), inputs, shared)
 
         params, buffers = self._tensors()
+        if self.direct_single and self.num_seeds == 1:
+            out = one_seed({k: v[0] for k, v in params.items()},
+                           {k: v[0] for k, v in buffers.items()},
+                           *(a[0] if isinstance(a, Tensor) else a for a in args))
+            return tree_map(lambda t: t.unsqueeze(0) if isinstance(t, Tensor) else t, out)
         try:
             return vmap(one_seed, in_dims=(0, 0, *dims), randomness=self.randomness)(
                 params, buffers, *args)
