@@ -23,7 +23,10 @@ def test_both_recipes_are_timed_and_reported(tmp_path, capsys):
     report = tmp_path / "recipes.json"
     assert recipe_check.main(["--device", "cpu", "--steps", "1", "--small",
                               "--report", str(report)]) == 0
-    rows = json.loads(report.read_text())["recipes"]
+    record = json.loads(report.read_text())
+    assert record["device_name"] == "cpu" and record["torch"] == torch.__version__
+    assert record["steps"] == 1 and len(record["date"]) == 10
+    rows = record["recipes"]
     assert [r["recipe"] for r in rows] == ["gpt2 stacked", "gpt2", "deit", "dino"]
     for r in rows:
         assert r["seconds_per_step"] > 0 and r["examples_per_second"] > 0 and r["peak_mib"] > 0

@@ -56,6 +56,17 @@ def _peak_mib(device: str) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def _measured_on(device: str) -> dict:
+    """The device and software a report was measured with, and the day (UTC)."""
+    import datetime
+
+    import transformers
+    name = torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu"
+    return {"device": device, "device_name": name, "torch": torch.__version__,
+            "cuda": torch.version.cuda, "transformers": transformers.__version__,
+            "date": datetime.datetime.now(datetime.timezone.utc).date().isoformat()}
+
+
 def _timed(step, device: str, steps: int) -> float:
     """Seconds per call of ``step`` over ``steps`` calls after one warm-up call."""
     step()
@@ -252,8 +263,9 @@ def main(argv: list[str] | None = None) -> int:
         for kernel in r.get("attention_kernels", ()):
             print(f"recipe_check:   attention kernel {kernel}")
     if args.report:
-        args.report.write_text(json.dumps({"device": args.device, "recipes": rows}, indent=1)
-                               + "\n", encoding="utf-8")
+        args.report.write_text(json.dumps({**_measured_on(args.device), "steps": args.steps,
+                                           "recipes": rows}, indent=1) + "\n",
+                               encoding="utf-8")
     return int(any("error" in r for r in rows))
 
 
