@@ -8,7 +8,8 @@
 #    under the paper profile (its batch, a stack of one seed under vmap) and as a plain model,
 #    with the attention kernels that ran; the DeiT-style ViT-S and DINO ViT-S/16, which no
 #    chapter runs yet: seconds per step, examples per second, peak memory, written to
-#    $OUT/recipes.json (first: the quickest and most telling);
+#    $OUT/recipes.json (first: the quickest and most telling; copied to
+#    results/runbook/gpu_recipes.json, it is the runbook page's "Measured on a GPU");
 # 3. the paper profile's smoke run on the GPU (bf16 autocast), every experiment the chapters
 #    call (or those whose names start with NAME): seconds, optimiser steps, seconds per step and
 #    peak device memory of each, printed and written to $OUT/smoke.json;

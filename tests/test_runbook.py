@@ -123,3 +123,22 @@ def test_every_registry_entry_has_a_count_and_formulas():
     names = {e.name for e in entries()}
     assert set(flops.read()["experiments"]) == names
     assert set(steps.STEPS) == set(steps.EXAMPLES) == names
+
+
+def test_the_measured_section_reports_each_recipe_and_the_trained_entry_s_hours():
+    cost = page.ExperimentCost("laplacian_lm.run", steps=3600, examples=36_000,
+                               training_flops=36_000 * 2e9, encoded_tokens=0)
+    measured = {"device_name": "GPU X", "date": "2026-01-01", "torch": "2.0", "cuda": "12",
+                "transformers": "5", "steps": 5, "recipes": [
+                    {"recipe": "gpt2 stacked", "shapes": "GPT-2", "batch": 8,
+                     "seconds_per_step": 0.5, "examples_per_second": 250e3,
+                     "peak_mib": 2048.0},
+                    {"recipe": "out of memory", "error": "OutOfMemoryError: no"}]}
+    text = "\n".join(page.measured_lines(measured, [cost], page.Gpu("g", 1e15, 0.1)))
+    assert "| gpt2 stacked | GPT-2 | 8 | 0.500 | 250,000 | 2.0 GiB |" in text
+    assert "| out of memory | OutOfMemoryError: no |" in text
+    # 2 GFLOP an example at 250k examples a second: 500 TFLOP/s, half of a 1 PFLOP/s peak;
+    # 3,600 steps at 0.5 s: half an hour
+    assert "reached 500 TFLOP/s, 50% of the peak (the table above assumes 10%)" in text
+    assert "take about 0.5 GPU hours" in text
+    assert "No measurement is committed" in "\n".join(page.measured_lines(None, [cost]))

@@ -26,6 +26,10 @@ from ddcl_theory.runtime.paths import repo_root
 __all__ = ["GPU", "Gpu", "ExperimentCost", "experiment_costs", "render", "current_page", "main"]
 
 PAGE = Path("book") / "runbook.md"
+#: The recipe check's report from a GPU (``recipe_check --device cuda --report ...``).
+MEASURED_FILE = Path("results") / "runbook" / "gpu_recipes.json"
+#: The recipes of the recipe check that a registry entry trains as they are timed.
+RECIPE_ENTRIES = {"gpt2 stacked": "laplacian_lm.run"}
 
 
 @dataclass(frozen=True)
@@ -114,11 +118,58 @@ def _chapters(todo) -> dict[str, list[str]]:
             for p in sorted((root / "notebooks").glob("*.md"))}
 
 
+def measured_lines(measured: dict | None, costs: list[ExperimentCost], gpu: Gpu = GPU
+                   ) -> list[str]:
+    """The page's section on the recipe check's report (``measured``; None: none committed):
+    each recipe's seconds a step, speed and peak memory, and for a recipe a registry entry
+    trains (:data:`RECIPE_ENTRIES`) the FLOP rate it reached and that entry's training hours at
+    the measured speed."""
+    lines = ["## Measured on a GPU", ""]
+    if measured is None:
+        return lines + [f"No measurement is committed (`{MEASURED_FILE.as_posix()}`).", ""]
+    lines += [
+        f"The recipe check of `make gpu-check` timed these optimiser steps on one "
+        f"{measured['device_name']} ({measured['date']}; torch {measured['torch']}, CUDA "
+        f"{measured['cuda']}, transformers {measured['transformers']}; bf16 autocast), "
+        f"{measured['steps']} steps after a warm-up, on random data of the recipes' shapes "
+        f"(`{MEASURED_FILE.as_posix()}`).",
+        "",
+        "| Recipe | Shapes | Batch | Seconds a step | Examples a second | Peak memory |",
+        "|:--|:--|--:|--:|--:|--:|",
+    ]
+    for r in measured["recipes"]:
+        if "error" in r:
+            lines.append(f"| {r['recipe']} | {r['error']} | | | | |")
+            continue
+        lines.append(f"| {r['recipe']} | {r['shapes']} | {r['batch']} | "
+                     f"{r['seconds_per_step']:.3f} | {r['examples_per_second']:,.0f} | "
+                     f"{r['peak_mib'] / 1024:.1f} GiB |")
+    lines.append("")
+    by_name = {c.name: c for c in costs}
+    for r in measured["recipes"]:
+        cost = by_name.get(RECIPE_ENTRIES.get(r["recipe"], ""))
+        if cost is None or cost.flops_per_example is None or "error" in r:
+            continue
+        rate = cost.flops_per_example * r["examples_per_second"]
+        hours = cost.steps * r["seconds_per_step"] / 3600
+        lines += [
+            f"`{cost.name}` trains as the recipe \"{r['recipe']}\" is timed: at "
+            f"{_number(cost.flops_per_example)}FLOP an example it reached "
+            f"{rate / 1e12:,.0f} TFLOP/s, {rate / gpu.peak:.0%} of the peak (the table above "
+            f"assumes {gpu.utilisation:.0%}). Its {cost.steps:,} optimiser steps at the paper's "
+            f"settings take about {_hours(hours)} GPU hours at that speed, before its "
+            "evaluation passes.",
+            "",
+        ]
+    return lines
+
+
 def render(counts: dict, settings: dict, chapters: dict[str, list[str]], claims: list[dict],
-           decisions: dict[str, dict], gpu: Gpu = GPU) -> str:
+           decisions: dict[str, dict], gpu: Gpu = GPU, measured: dict | None = None) -> str:
     """The page's Markdown. ``settings``: entry -> paper settings; ``chapters``: chapter ->
     the entries it runs; ``claims``: the ledger rows (``results/claims.json``); ``decisions``:
-    claim id -> the reference decision record."""
+    claim id -> the reference decision record; ``measured``: the recipe check's report from a
+    GPU (None: none)."""
     costs = experiment_costs(counts, settings)
     per_token = counts["encoder"]["flops_per_token"]
     lines = [
@@ -196,6 +247,7 @@ def render(counts: dict, settings: dict, chapters: dict[str, list[str]], claims:
         "computation, an annealing schedule outside the training loop) shows a dash: it runs "
         "in minutes.",
         "",
+        *measured_lines(measured, costs, gpu),
         "## What the paper profile fetches",
         "",
         "`make data PROFILE=paper` (`python -m ddcl_theory.data ensure --paper`; `status --paper`"
@@ -256,7 +308,11 @@ def current_page() -> str:
     for path in sorted((root / "results" / "reference" / "verdicts").glob("*.json")):
         for row in json.loads(path.read_text(encoding="utf-8")):
             decisions[row["id"]] = row.get("decision") or {}
-    return render(flop_counts.read(), settings, _chapters(todo), claims, decisions)
+    measured_path = root / MEASURED_FILE
+    measured = (json.loads(measured_path.read_text(encoding="utf-8"))
+                if measured_path.is_file() else None)
+    return render(flop_counts.read(), settings, _chapters(todo), claims, decisions,
+                  measured=measured)
 
 
 def main(argv: list[str] | None = None) -> int:
