@@ -198,3 +198,16 @@ def test_smoke_run_of_every_experiment_at_paper_settings_passes(tmp_path):
 
     assert per_example(flops.from_report(record)) == per_example(flops.read()), \
         "the FLOPs per example moved: python -m ddcl_theory.runbook.flops, then .page"
+
+
+def test_the_scratch_folder_is_in_memory_only_where_there_is_room(monkeypatch, tmp_path):
+    from collections import namedtuple
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(smoke, "MEMORY_SCRATCH", tmp_path)
+    monkeypatch.setattr(smoke.shutil, "disk_usage", lambda _p: usage(0, 0, 9 * 2**30))
+    assert smoke.scratch_root() == str(tmp_path)
+    monkeypatch.setattr(smoke.shutil, "disk_usage", lambda _p: usage(0, 0, 7 * 2**30))
+    assert smoke.scratch_root() is None                       # too little room: the disk
+    monkeypatch.undo()
+    monkeypatch.setattr(smoke, "MEMORY_SCRATCH", tmp_path / "absent")
+    assert smoke.scratch_root() is None                       # no such folder
