@@ -5,9 +5,10 @@
 #
 # 1. the device: torch's CUDA build, the GPU's name and memory;
 # 2. the papers' recipes at their shapes: GPT-2 small as the language-model chapter trains it
-#    under the paper profile (its batch, a stack of one seed under vmap) and as a plain model,
-#    with the attention kernels that ran; the DeiT-style ViT-S and DINO ViT-S/16, which no
-#    chapter runs yet: seconds per step, examples per second, peak memory, written to
+#    under the paper profile (its batch, a stack of one seed called directly) and as a plain
+#    model, with the attention operators and kernels that ran; the DeiT-style ViT-S and DINO
+#    ViT-S/16, which no chapter runs yet: seconds per step, examples per second, peak memory,
+#    written to
 #    $OUT/recipes.json (first: the quickest and most telling; copied to
 #    results/runbook/gpu_recipes.json, it is the runbook page's "Measured on a GPU");
 # 3. the paper profile's smoke run on the GPU (bf16 autocast), every experiment the chapters

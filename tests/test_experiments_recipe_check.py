@@ -49,9 +49,10 @@ def test_a_failing_recipe_is_reported_and_the_others_run(monkeypatch, tmp_path, 
     assert recipe_check.main(["--device", "cpu", "--steps", "1", "--small",
                               "--report", str(report)]) == 1
     rows = json.loads(report.read_text())["recipes"]
-    assert [r["recipe"] for r in rows] == ["gpt2 stacked", "gpt2", "out of memory", "failed"]
+    assert [r["recipe"] for r in rows] == ["gpt2 stacked", "gpt2", "deit", "dino"]
+    assert [r.get("outcome") for r in rows] == [None, None, "out of memory", "failed"]
     assert rows[2]["error"] == "OutOfMemoryError: CUDA out of memory. Tried to allocate 12.00 GiB"
     assert rows[3]["error"] == "ZeroDivisionError: division by zero"
     out = capsys.readouterr().out
-    assert "out of memory: OutOfMemoryError: CUDA out of memory" in out
-    assert "failed: ZeroDivisionError" in out
+    assert "deit out of memory: OutOfMemoryError: CUDA out of memory" in out
+    assert "dino failed: ZeroDivisionError" in out

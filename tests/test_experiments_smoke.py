@@ -205,9 +205,14 @@ def test_the_scratch_folder_is_in_memory_only_where_there_is_room(monkeypatch, t
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(smoke, "MEMORY_SCRATCH", tmp_path)
     monkeypatch.setattr(smoke.shutil, "disk_usage", lambda _p: usage(0, 0, 9 * 2**30))
+    monkeypatch.setattr(smoke, "_available_memory", lambda: 9 * 2**30)
     assert smoke.scratch_root() == str(tmp_path)
+    monkeypatch.setattr(smoke, "_available_memory", lambda: 4 * 2**30)
+    assert smoke.scratch_root() is None                       # a tmpfs larger than the memory
+    monkeypatch.setattr(smoke, "_available_memory", lambda: 9 * 2**30)
     monkeypatch.setattr(smoke.shutil, "disk_usage", lambda _p: usage(0, 0, 7 * 2**30))
     assert smoke.scratch_root() is None                       # too little room: the disk
     monkeypatch.undo()
     monkeypatch.setattr(smoke, "MEMORY_SCRATCH", tmp_path / "absent")
     assert smoke.scratch_root() is None                       # no such folder
+    assert smoke._available_memory() is None or smoke._available_memory() > 0

@@ -110,8 +110,9 @@ def test_the_whole_model_changes_and_zero_heads_restore_it():
     assert all(m.laplacian_base == "eager" for _, m, _ in attention_modules(model))
 
 
-def test_generation_with_a_kv_cache_matches_the_full_forward():
-    model = laplacianize(_gpt2(), 3)
+@pytest.mark.parametrize("impl", ["eager", "sdpa"])
+def test_generation_with_a_kv_cache_matches_the_full_forward(impl):
+    model = laplacianize(_gpt2(impl), 3)
     ids = torch.randint(0, 50, (1, 6))
     full = model(ids).logits[:, -1]
     cache = model(ids[:, :-1], use_cache=True).cache
@@ -199,3 +200,60 @@ def test_under_vmap_on_cuda_sdpa_leaves_out_the_memory_efficient_kernel(monkeypa
     assert chosen[0][-1] == attention.SDPBackend.MATH
     monkeypatch.setattr(torch._C._functorch, "is_batchedtensor", lambda _t: False)
     assert isinstance(lz._vmap_safe_sdpa("sdpa", cuda_like), contextlib.nullcontext)
+
+
+
+def _future_leak(model) -> float:
+    """How far the earlier logits move when only the last token changes (0: causal)."""
+    ids = torch.randint(0, 50, (1, 10))
+    other = ids.clone()
+    other[0, -1] = (ids[0, -1] + 1) % 50
+    return (model(ids).logits[0, :-1] - model(other).logits[0, :-1]).abs().max().item()
+
+
+@pytest.mark.parametrize("impl", ["eager", "sdpa"])
+def test_a_model_built_from_a_laplacianized_config_stays_causal(impl):
+    """The SDPA name leaves the causal mask to SDPA: it must run over SDPA whatever the module
+    says (a fresh model from the config has no ``laplacian_base``), else tokens see the future."""
+    model = laplacianize(_gpt2(impl), 2)
+    assert _future_leak(model) == 0.0
+    assert _future_leak(transformers.GPT2LMHeadModel(model.config).eval().double()) == 0.0
+    eager = laplacianize(_gpt2("eager"), 2)
+    eager.set_attn_implementation(SDPA_IMPLEMENTATION)        # the eager base, SDPA's masks
+    assert _future_leak(eager) == 0.0
+
+
+@pytest.mark.parametrize("padding", ["left", "right"])
+def test_over_sdpa_padding_masks_give_the_eager_base_s_outputs(padding):
+    eager, sdpa = laplacianize(_gpt2("eager"), 2), laplacianize(_gpt2("sdpa"), 2)
+    sdpa.load_state_dict(eager.state_dict())
+    ids, mask = torch.randint(0, 50, (2, 8)), torch.ones(2, 8, dtype=torch.long)
+    mask[1, :3] = 0 if padding == "left" else 1
+    mask[1, 5:] = 0 if padding == "right" else 1
+    kept = mask.bool()
+    a, b = (m(ids, attention_mask=mask).logits for m in (eager, sdpa))
+    torch.testing.assert_close(b[kept], a[kept], atol=ATOL["eager"], rtol=0)
+    bert_e, bert_s = laplacianize(_bert("eager"), 2), laplacianize(_bert("sdpa"), 2)
+    bert_s.load_state_dict(bert_e.state_dict())
+    x, y = (m(ids, attention_mask=mask).last_hidden_state for m in (bert_e, bert_s))
+    torch.testing.assert_close(y[kept], x[kept], atol=ATOL["eager"], rtol=0)
+
+
+def test_a_vmapped_sdpa_model_takes_a_padding_mask_per_model():
+    """Under vmap a batched padding mask is made into a mask (skipping it would read its values,
+    which vmap refuses); each model gets its own, as called alone."""
+    from torch.func import functional_call, stack_module_state
+    models = [laplacianize(_gpt2("sdpa"), 2) for _ in range(2)]
+    params, buffers = stack_module_state(models)
+    ids = torch.randint(0, 50, (2, 3, 8))
+    mask = torch.ones(2, 3, 8, dtype=torch.long)
+    mask[1, 1, :3] = 0
+
+    def one(p, b, x, m):
+        return functional_call(models[0], (p, b), (x,), {"attention_mask": m}).logits
+    for m in (mask, torch.ones_like(mask)):
+        out = torch.vmap(one)(params, buffers, ids, m)
+        for i, model in enumerate(models):
+            alone = model(ids[i], attention_mask=m[i]).logits
+            kept = m[i].bool()
+            torch.testing.assert_close(out[i][kept], alone[kept], atol=1e-10, rtol=0)

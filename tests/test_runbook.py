@@ -132,11 +132,13 @@ def test_the_measured_section_reports_each_recipe_and_the_trained_entry_s_hours(
                 "transformers": "5", "steps": 5, "recipes": [
                     {"recipe": "gpt2 stacked", "shapes": "GPT-2", "batch": 8,
                      "seconds_per_step": 0.5, "examples_per_second": 250e3,
-                     "peak_mib": 2048.0},
-                    {"recipe": "out of memory", "error": "OutOfMemoryError: no"}]}
+                     "peak_mib": 2048.0, "bf16": True},
+                    {"recipe": "deit", "outcome": "out of memory",
+                     "error": "OutOfMemoryError: a|b"}]}
     text = "\n".join(page.measured_lines(measured, [cost], page.Gpu("g", 1e15, 0.1)))
     assert "| gpt2 stacked | GPT-2 | 8 | 0.500 | 250,000 | 2.0 GiB |" in text
-    assert "| out of memory | OutOfMemoryError: no |" in text
+    assert "| deit | out of memory: OutOfMemoryError: a\\|b |" in text
+    assert "GPU X (2026-01-01; torch 2.0, CUDA 12, transformers 5)" in text     # not all bf16
     # 2 GFLOP an example at 250k examples a second: 500 TFLOP/s, half of a 1 PFLOP/s peak;
     # 3,600 steps at 0.5 s: half an hour
     assert "reached 500 TFLOP/s, 50% of the peak (the table above assumes 10%)" in text

@@ -329,12 +329,20 @@ def test_bad_inputs_raise_clear_errors():
         list(stacked_batches([[torch.zeros(1)] * 2, [torch.zeros(1)]]))
 
 
-def test_a_single_seed_called_directly_equals_its_vmapped_twin():
+def test_a_single_seed_called_directly_equals_its_vmapped_twin(monkeypatch):
     """``direct_single``: one seed runs without vmap (fused kernels on CUDA) with the same
     outputs, nested outputs and gradients; a stack of two ignores the switch."""
+    import ddcl_theory.runtime.stacked as stacked_module
     x = torch.randint(0, 11, (1, 3, 8))
     direct = StackedModels(_gpt(1), (5,), direct_single=True)
     mapped = StackedModels(_gpt(1), (5,))
+    real_vmap, calls = stacked_module.vmap, []
+    monkeypatch.setattr(stacked_module, "vmap",
+                        lambda *a, **k: calls.append(1) or real_vmap(*a, **k))
+    direct(x)
+    assert not calls                                            # the direct path: no vmap
+    mapped(x)
+    assert calls
     for stack in (direct, mapped):
         logits, states = stack(x, return_hidden=True)
         assert logits.shape == (1, 3, 8, 11) and states[-1].shape == (1, 3, 8, 8)

@@ -20,6 +20,9 @@ def decay_groups(module: nn.Module, weight_decay: float, *, stacked: bool = Fals
     """Two AdamW groups of ``module``'s trainable parameters: ``weight_decay`` on those of two
     or more dimensions, 0 on vectors and scalars and on names ending in ``extra_plain``
     (``stacked``: every parameter carries a leading seed axis, which is not counted)."""
+    if isinstance(extra_plain, str):
+        raise ValueError(f"extra_plain: expected a sequence of name endings, got the string "
+                         f"{extra_plain!r} (write ({extra_plain!r},))")
     decay, plain = [], []
     extra = 1 if stacked else 0
     for name, p in module.named_parameters():

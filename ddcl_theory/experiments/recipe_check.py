@@ -6,8 +6,9 @@
 Times optimiser steps of the paper-scale recipes on random data of their shapes:
 
 * GPT-2 small with 5 Laplacian heads of L9 (:mod:`ddcl_theory.experiments.gpt2_recipe`) at the
-  language-model study's batch, once as the study trains it (a stack of one seed under
-  ``vmap``) and once as a plain model, each with the attention kernels that ran (on CUDA);
+  language-model study's batch, once as the study trains it (a stack of one seed, called
+  directly, with the loss under ``vmap``) and once as a plain model, each with the attention
+  operators and kernels that ran (on CUDA);
 * the DeiT-style ViT-S of L6-L8 (:mod:`ddcl_theory.experiments.deit_recipe`: crops, flips,
   mixup or cutmix, AdamW, the seeds of a setting stacked), which no chapter runs yet;
 * the DINO+iBOT ViT-S/16 of L10 (:mod:`ddcl_theory.experiments.dino_recipe`: two views, masks,
@@ -115,21 +116,27 @@ def time_deit(device: str, steps: int, *, seeds: int = 2, recipe=None) -> dict:
 
 
 def attention_kernels(step) -> list[str]:
-    """The CUDA kernels of one call of ``step`` whose names say attention or softmax: which
-    SDPA backend ran (flash, memory-efficient, cuDNN) or, for the math path, its softmax."""
+    """The attention operators and CUDA kernels of one call of ``step``: torch's SDPA operators
+    (``aten::_scaled_dot_product_*``, which name the backend: flash, efficient, cuDNN or math)
+    and the kernels whose names say flash, fmha or cuDNN's SDPA."""
     from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         step()
         torch.cuda.synchronize()
-    words = ("attention", "attn", "flash", "fmha", "efficient", "cudnn", "softmax")
-    names = {e.key for e in prof.key_averages() if any(w in e.key.lower() for w in words)}
+    ops = ("aten::_scaled_dot_product", "aten::_flash_attention", "aten::_efficient_attention",
+           "aten::_cudnn_attention")
+    words = ("flash", "fmha", "sdpa")
+    names = {e.key for e in prof.key_averages()
+             if e.key.startswith(ops) or (not e.key.startswith("aten::")
+                                          and any(w in e.key.lower() for w in words))}
     return sorted(n[:100] for n in names)
 
 
 def time_gpt2(device: str, steps: int, *, batch: int = 8, shapes=None,
               stacked: bool = False) -> dict:
     """GPT-2 with 5 Laplacian heads a block, next-token cross-entropy, one batch a step; with
-    ``stacked``, as the language-model study trains it: a stack of one seed under ``vmap``."""
+    ``stacked``, as the language-model study trains it: a stack of one seed, called directly
+    (``StackedModels(..., direct_single=True)``), its loss under ``vmap``."""
     shapes = shapes or gpt2_recipe.GPT2Shapes.from_profile()
     vocab = 50257
     if stacked:
@@ -230,21 +237,22 @@ def main(argv: list[str] | None = None) -> int:
             shapes = gpt2_recipe.GPT2Shapes.from_profile()
             dino = dino_recipe.DinoRecipe.from_profile()
         lm_batch = 2 if args.small else LMSettings.from_profile().batch_size
-        timings = [lambda: time_gpt2(args.device, args.steps, shapes=shapes, batch=lm_batch,
-                                     stacked=True),
-                   lambda: time_gpt2(args.device, args.steps, shapes=shapes, batch=lm_batch),
-                   lambda: time_deit(args.device, args.steps, recipe=recipe),
-                   lambda: time_dino(args.device, args.steps, recipe=dino)]
+        timings = {
+            "gpt2 stacked": lambda: time_gpt2(args.device, args.steps, shapes=shapes,
+                                              batch=lm_batch, stacked=True),
+            "gpt2": lambda: time_gpt2(args.device, args.steps, shapes=shapes, batch=lm_batch),
+            "deit": lambda: time_deit(args.device, args.steps, recipe=recipe),
+            "dino": lambda: time_dino(args.device, args.steps, recipe=dino)}
         rows = []
-        for timing in timings:
+        for name, timing in timings.items():
             try:
                 rows.append(timing())
             except Exception as error:       # noqa: BLE001 -- the others still run, and say so
                 kind = ("out of memory" if isinstance(error, torch.OutOfMemoryError)
                         else "failed")
-                rows.append({"recipe": kind, "error": f"{type(error).__name__}: "
+                rows.append({"recipe": name, "outcome": kind, "error": f"{type(error).__name__}: "
                              f"{str(error).splitlines()[0] if str(error) else ''}"})
-                print(f"recipe_check: {kind}: {rows[-1]['error']}")
+                print(f"recipe_check: {name} {kind}: {rows[-1]['error']}")
                 if torch.cuda.is_available():
                     torch.cuda.empty_cache()
         for r in rows:

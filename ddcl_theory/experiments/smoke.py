@@ -90,14 +90,25 @@ def _device(device: str) -> Iterator[None]:
 MEMORY_SCRATCH, MEMORY_SCRATCH_ROOM = Path("/dev/shm"), 8 * 2**30
 
 
+def _available_memory() -> int | None:
+    """The kernel's MemAvailable in bytes (None where /proc/meminfo does not say)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return None
+
+
 def scratch_root() -> str | None:
     """Where the smoke run's scratch folder goes: :data:`MEMORY_SCRATCH` when it is a writable
-    folder with :data:`MEMORY_SCRATCH_ROOM` bytes free, else None (the system's temporary
-    folder)."""
+    folder with :data:`MEMORY_SCRATCH_ROOM` bytes free and as much memory available (a tmpfs
+    may be larger than the memory behind it), else None (the system's temporary folder)."""
     try:
-        roomy = shutil.disk_usage(MEMORY_SCRATCH).free >= MEMORY_SCRATCH_ROOM
+        free = shutil.disk_usage(MEMORY_SCRATCH).free
     except OSError:
         return None
+    memory = _available_memory()
+    roomy = free >= MEMORY_SCRATCH_ROOM and memory is not None and memory >= MEMORY_SCRATCH_ROOM
     return str(MEMORY_SCRATCH) if roomy and os.access(MEMORY_SCRATCH, os.W_OK) else None
 
 

@@ -7,24 +7,30 @@ computes the same thing on the package's own layout). No weight is added or chan
 
 How: transformers routes every attention layer through one registered *attention function*
 (``config._attn_implementation``: ``"eager"``, ``"sdpa"``, ...). We register one more under two
-names, ``"laplacian"`` over an eager base and ``"laplacian_sdpa"`` over SDPA, which calls the
-model's previous function and then, for the trailing heads each attention module names in its
-attribute ``laplacian_heads``, subtracts the result from the values. So the previous
-implementation (eager or SDPA, dropout, the KV cache of generation) keeps working unchanged;
-with a cache, each query's own value is the last rows of ``value``. Each name takes its base's
-masks: transformers' additive float masks for eager; SDPA's own for SDPA, which leave a purely
-causal mask out and pass ``is_causal`` instead. That keeps SDPA's fused kernels (flash, cuDNN),
-and is what runs under ``torch.vmap`` on CUDA: there, with a float mask, the memory-efficient
-kernel's backward fails ("LSE is not correctly aligned") and stacks of more than one model are
-refused ("attn_bias: wrong shape").
+names: ``"laplacian_sdpa"`` over SDPA, and ``"laplacian"`` over the model's previous function
+otherwise (eager by default). It calls that base and then, for the trailing heads each attention
+module names in its attribute ``laplacian_heads``, subtracts the result from the values. So the
+previous implementation (eager or SDPA, dropout, the KV cache of generation) keeps working
+unchanged; with a cache, each query's own value is the last rows of ``value``.
+
+Each name takes its base's masks: transformers' additive float masks for ``"laplacian"``; SDPA's
+own for ``"laplacian_sdpa"``, which leave a purely causal mask out and pass ``is_causal``
+instead, so that a model called directly keeps SDPA's fused kernels (flash, cuDNN). A padding
+mask batched by ``torch.vmap`` is always made into a mask (deciding whether to skip it reads
+its values, which vmap refuses). Under ``vmap`` on CUDA (models stacked by
+:class:`~ddcl_theory.runtime.stacked.StackedModels`) SDPA's memory-efficient kernel is left
+out: its backward fails there ("LSE is not correctly aligned"). On an H200 the stacked GPT-2
+then ran SDPA's math path (flash and cuDNN found no kernel for its batched inputs), which keeps
+the T x T scores for backward: a stack of one seed is better called directly
+(``StackedModels(..., direct_single=True)``).
 
     >>> from transformers import ViTConfig, ViTModel
     >>> from ddcl_theory import laplacianize
     >>> model = ViTModel(ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
     ...                            intermediate_size=64, image_size=32, patch_size=8))
     >>> model = laplacianize(model, laplacian_heads=2)      # heads 2 and 3 of every layer
-    >>> model.config._attn_implementation
-    'laplacian'
+    >>> model.config._attn_implementation                   # the ViT's default base is SDPA
+    'laplacian_sdpa'
 """
 from __future__ import annotations
 
@@ -76,13 +82,14 @@ def _vmap_safe_sdpa(base: str, query: Tensor):
 
 
 def laplacian_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
-                        attention_mask: Tensor | None, *args, **kwargs):
-    """The registered attention function: the module's previous function, then ``V - P V`` on
-    its trailing ``module.laplacian_heads`` heads. ``query`` (B, H, T, d), ``value`` (B, H_kv,
-    S, d) with S >= T (a KV cache holds earlier positions first); the output is
-    (B, T, H, d), as transformers' attention functions return it."""
+                        attention_mask: Tensor | None, *args, base: str | None = None, **kwargs):
+    """The registered attention function: the base function (``base``; None: the module's
+    ``laplacian_base``, else eager), then ``V - P V`` on its trailing ``module.laplacian_heads``
+    heads. ``query`` (B, H, T, d), ``value`` (B, H_kv, S, d) with S >= T (a KV cache holds
+    earlier positions first); the output is (B, T, H, d), as transformers' attention functions
+    return it."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-    base = getattr(module, "laplacian_base", "eager")
+    base = base or getattr(module, "laplacian_base", "eager")
     function = ALL_ATTENTION_FUNCTIONS.get_interface(base, _eager_of(module))
     with _vmap_safe_sdpa(base, query):
         out, weights = function(module, query, key, value, attention_mask, *args, **kwargs)
@@ -97,18 +104,37 @@ def laplacian_attention(module: nn.Module, query: Tensor, key: Tensor, value: Te
     return out, weights
 
 
+def laplacian_sdpa_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
+                             attention_mask: Tensor | None, *args, **kwargs):
+    """:func:`laplacian_attention` over SDPA whatever the module says: its masks are SDPA's,
+    which no other base may take (a purely causal mask is left out)."""
+    return laplacian_attention(module, query, key, value, attention_mask, *args, base="sdpa",
+                               **kwargs)
+
+
+def _sdpa_mask(*args, **kwargs):
+    """transformers' ``sdpa_mask``, except that a padding mask batched by ``vmap`` is always made
+    into a mask: whether one may be skipped is decided by reading its values."""
+    from transformers.masking_utils import sdpa_mask
+    padding = kwargs.get("attention_mask")
+    if padding is not None and torch._C._functorch.is_batchedtensor(padding):
+        kwargs.update(allow_is_causal_skip=False, allow_is_bidirectional_skip=False)
+    return sdpa_mask(*args, **kwargs)
+
+
 def _register() -> None:
     """Register the attention function under both names, each with its base's masks:
     transformers' additive float masks (``eager_mask``: 0 where a query may attend, the dtype's
-    minimum elsewhere) for an eager base, SDPA's (``sdpa_mask``: none where ``is_causal`` says
-    it all, else booleans) for SDPA. An implementation without a mask function would get no
+    minimum elsewhere) for ``"laplacian"``, SDPA's (``sdpa_mask``: none where ``is_causal`` says
+    it all, else booleans; :func:`_sdpa_mask`) for ``"laplacian_sdpa"``. An implementation without a mask function would get no
     mask at all, causal or padding."""
     from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-    for name, mask in ((IMPLEMENTATION, eager_mask), (SDPA_IMPLEMENTATION, sdpa_mask)):
+    for name, function, mask in ((IMPLEMENTATION, laplacian_attention, eager_mask),
+                                 (SDPA_IMPLEMENTATION, laplacian_sdpa_attention, _sdpa_mask)):
         if name not in ALL_ATTENTION_FUNCTIONS:
-            AttentionInterface.register(name, laplacian_attention)
+            AttentionInterface.register(name, function)
         if name not in AttentionMaskInterface._global_mapping:
             AttentionMaskInterface.register(name, mask)
 

@@ -130,7 +130,8 @@ def measured_lines(measured: dict | None, costs: list[ExperimentCost], gpu: Gpu 
     lines += [
         f"The recipe check of `make gpu-check` timed these optimiser steps on one "
         f"{measured['device_name']} ({measured['date']}; torch {measured['torch']}, CUDA "
-        f"{measured['cuda']}, transformers {measured['transformers']}; bf16 autocast), "
+        f"{measured['cuda']}, transformers {measured['transformers']}"
+        f"{'; bf16 autocast' if all(r.get('bf16') for r in measured['recipes']) else ''}), "
         f"{measured['steps']} steps after a warm-up, on random data of the recipes' shapes "
         f"(`{MEASURED_FILE.as_posix()}`).",
         "",
@@ -139,7 +140,8 @@ def measured_lines(measured: dict | None, costs: list[ExperimentCost], gpu: Gpu 
     ]
     for r in measured["recipes"]:
         if "error" in r:
-            lines.append(f"| {r['recipe']} | {r['error']} | | | | |")
+            error = r["error"].replace("|", "\\|")
+            lines.append(f"| {r['recipe']} | {r.get('outcome', 'failed')}: {error} | | | | |")
             continue
         lines.append(f"| {r['recipe']} | {r['shapes']} | {r['batch']} | "
                      f"{r['seconds_per_step']:.3f} | {r['examples_per_second']:,.0f} | "

@@ -125,10 +125,11 @@ class StackedModels(nn.Module):
             ``seed_everything(seed)``; every model must have the same structure.
         seeds: the S seeds (distinct non-negative ints), in the order of the stack's axis 0.
         randomness: ``vmap``'s mode for random ops in the forward, one of :data:`RANDOMNESS`.
-        direct_single: with one seed, call the model directly on its slice (no ``vmap``): the
-            fused kernels that have no batching rule stay in use (SDPA's flash and cuDNN
-            kernels on CUDA, which ``vmap`` replaces by the T x T math path). Off by default:
-            the two paths differ by rounding, and random ops draw differently.
+        direct_single: with one seed, call the model directly on its slice (no ``vmap``), so
+            that kernels ``vmap`` cannot batch stay in use (on an H200, SDPA's flash and cuDNN
+            kernels: under ``vmap`` the Laplacian GPT-2 ran SDPA's T x T math path). Off by
+            default: the two paths differ by rounding, random ops draw differently, and
+            ``randomness="error"`` is not enforced on the direct path.
         vmap_safe: switch on the vmap-safe paths (:data:`VMAP_SAFE_SWITCH`) in the stack's copy
             of the model; False keeps the model's own paths (vmap then runs an op without a
             batching rule once per seed, with a warning).
