@@ -82,8 +82,8 @@ class LMSettings(Settings):
     (the shorter lengths on the first ``trend_seeds``); paper: GPT-2 small (context 1,024,
     width 768, 12 layers, 12 heads, about 124M parameters), batches of 64 windows, runs of
     1,250, 2,500 and 5,000 steps (up to 328M tokens), one seed a stack, GPT-2's recipe (decay
-    on the matrices only, gradients clipped at norm 1). On one H200 a step of the paper
-    profile took 0.40 s with 88 GiB of device memory at its peak (bf16, SDPA's cuDNN kernels)."""
+    on the matrices only, gradients clipped at norm 1). Its seconds a step and peak memory on a
+    GPU are the runbook page's, measured by :mod:`ddcl_theory.experiments.recipe_check`."""
 
     title = "GPT with none or 5 Laplacian heads per layer"
 
