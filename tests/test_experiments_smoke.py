@@ -3,11 +3,7 @@ smoke budgets that leave the paper's shapes alone, and runs at paper settings on
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -15,10 +11,7 @@ from ddcl_theory.experiments import registry, smoke
 from ddcl_theory.experiments.registry import Experiment
 from ddcl_theory.runtime import profile
 
-ROOT = Path(__file__).resolve().parents[1]
-#: The experiments (module stems) of the first of the two smoke processes: about half the
-#: seconds (the language model, GPT-2 small on one thread, takes about half alone).
-SMOKE_FIRST_SHARE = {"laplacian_lm"}
+from _smoke_run import LM_SHARE, other_stems, run_smoke
 
 #: Settings fields a smoke run may shrink: budgets (how long, how often, how many runs or
 #: examples), never a model size or a per-example shape.
@@ -152,52 +145,15 @@ def test_measure_entry_counts_the_training_steps_and_reads_peak_memory(monkeypat
 
 
 @pytest.mark.slow
-def test_smoke_run_of_every_experiment_at_paper_settings_passes(tmp_path):
-    from ddcl_theory import data
+def test_smoke_run_of_every_other_experiment_at_paper_settings_passes(tmp_path):
+    record = run_smoke(tmp_path, other_stems())          # every entry but the language model's
+    assert {o["name"]: o["steps"] for o in record["experiments"]}["laplacian_study.run_vit"] > 0
 
-    missing = [key for key in data.FILES if data.find(key) is None]
-    if missing:   # make test fetches them first (make data); make unit runs without data
-        pytest.skip(f"data sets {missing} missing: run make data")
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1",
-               DDCL_RESULTS_DIR=str(tmp_path / "results"),
-               **{profile.PROFILE_ENV: "paper", profile.SMOKE_ENV: "1"})
-    # two processes side by side, each a share of the experiments (about half the seconds each)
-    stems = list(dict.fromkeys(e.name.split(".")[0] for e in smoke.entries()))
-    shares = [[s for s in stems if s in SMOKE_FIRST_SHARE],
-              [s for s in stems if s not in SMOKE_FIRST_SHARE]]
-    reports = [tmp_path / f"smoke{i}.json" for i in range(2)]
-    procs = [subprocess.Popen([sys.executable, "-m", "ddcl_theory.experiments.smoke",
-                               "--threads", "1", "--flops", "--report", str(report),
-                               *(f"{stem}." for stem in share)],
-                              cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True)
-             for share, report in zip(shares, reports)]
-    outs = [proc.communicate(timeout=900)[0] for proc in procs]
-    for proc, out in zip(procs, outs):
-        assert proc.returncode == 0, out[-8000:]
-    parts = [json.loads(r.read_text(encoding="utf-8")) for r in reports]
-    order = [e.name for e in smoke.entries()]
-    record = dict(parts[0], experiments=sorted(
-        (o for part in parts for o in part["experiments"]), key=lambda o: order.index(o["name"])))
-    assert [o["name"] for o in record["experiments"]] == order
-    assert all(o["ok"] for o in record["experiments"])
-    assert all(o["peak_mib"] > 0 and o["steps"] >= 0 for o in record["experiments"])
-    trained = {o["name"]: o["steps"] for o in record["experiments"]}
-    assert trained["laplacian_lm.run"] > 0 and trained["laplacian_study.run_vit"] > 0
-    prov = record["provenance"]
-    assert prov["profile"] == "paper" and prov["smoke"] is True and prov["device"] == "cpu"
-    assert not (tmp_path / "results").exists()          # checkpoints went to a scratch folder
-    # the GPU runbook's FLOPs per example of each model, as committed (they follow from the
-    # code and the paper's shapes alone: a change of either must recount them)
-    from ddcl_theory.runbook import flops
 
-    def per_example(counts):
-        return {(name, model): c["flops"] / c["examples"]
-                for name, entry in counts["experiments"].items()
-                for model, c in entry["models"].items() if c["examples"]}
-
-    assert per_example(flops.from_report(record)) == per_example(flops.read()), \
-        "the FLOPs per example moved: python -m ddcl_theory.runbook.flops, then .page"
+def test_the_two_smoke_tests_share_out_every_registered_experiment():
+    stems = {e.name.split(".")[0] for e in smoke.entries()}
+    assert set(LM_SHARE) <= stems                            # the language model test runs
+    assert set(other_stems()) | set(LM_SHARE) == stems and not set(other_stems()) & set(LM_SHARE)
 
 
 def test_the_scratch_folder_is_in_memory_only_where_there_is_room(monkeypatch, tmp_path):

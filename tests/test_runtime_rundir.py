@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from ddcl_theory.runtime import profile
-from ddcl_theory.runtime.io import atomic_write_bytes, read_json, write_json
+from ddcl_theory.runtime.io import atomic_torch_save, atomic_write_bytes, read_json, write_json
 from ddcl_theory.runtime.precision import (AMP_ENV, COMPILE_ENV, amp_enabled, autocast,
                                             maybe_compile)
 from ddcl_theory.runtime.provenance import provenance, same_provenance, settings_hash
@@ -59,6 +59,16 @@ def test_atomic_write_keeps_the_old_content_when_the_write_fails(tmp_path, monke
         write_json(path, {"version": 2})
     assert read_json(path) == {"version": 1}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["result.json"]   # no temporary left
+
+
+def test_atomic_torch_save_round_trips_and_a_failed_save_keeps_the_old_file(tmp_path):
+    path = tmp_path / "state.ckpt"
+    atomic_torch_save(path, {"w": torch.arange(3.0)})
+    assert torch.equal(torch.load(path)["w"], torch.arange(3.0))
+    with pytest.raises(Exception):                          # a lambda cannot be pickled
+        atomic_torch_save(path, {"w": torch.zeros(2), "f": lambda: 0})
+    assert torch.equal(torch.load(path)["w"], torch.arange(3.0))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.ckpt"]   # no temporary left
 
 
 def test_atomic_write_rejects_text(tmp_path):

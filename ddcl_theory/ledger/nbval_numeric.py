@@ -83,10 +83,13 @@ LEDGER = "ledger"
 #: how long (seconds) the ledger's worker waits for the chapters run by other workers
 LEDGER_WAIT_S = 3600.0
 #: under xdist, the test files (stems) that take minutes each on a 2-core machine, started
-#: first so that no worker is left with one of them at the end while the other idles. The
-#: paper smoke test sits between the two text chapters: peer_readouts then finds 20 Newsgroups'
-#: embeddings already cached by text_readout (the same draw) instead of encoding them twice
-HEAVY_FIRST = ("text_readout", "test_experiments_smoke", "dense_features", "peer_readouts")
+#: first so that no worker is left with one of them at the end while the other idles. The two
+#: halves of the paper smoke test (``make test-slow``) start together, one on each worker; in
+#: ``make test`` they sit between the two text chapters, so that peer_readouts finds 20
+#: Newsgroups' embeddings already cached by text_readout (the same draw) instead of encoding
+#: them twice
+HEAVY_FIRST = ("text_readout", "test_experiments_smoke_lm", "test_experiments_smoke",
+               "dense_features", "peer_readouts")
 
 
 def _notebook(item) -> str | None:

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import io
 import json
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import torch
@@ -24,20 +23,16 @@ __all__ = ["atomic_write_bytes", "atomic_write_text", "write_json", "read_json",
            "atomic_torch_save", "jsonable"]
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    """Write ``data`` to ``path`` atomically: a temporary file beside it, fsync, then rename.
-
-    A reader (or a run killed half-way) sees either the old file or the complete new one.
-    The parent folder is created if missing. Returns the path.
-    """
-    if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise ValueError(f"data: expected bytes, got {type(data).__name__}")
+@contextlib.contextmanager
+def _atomic_file(path: str | os.PathLike) -> Iterator[BinaryIO]:
+    """A binary file to write ``path``'s new content into: a temporary file beside it, fsynced
+    and renamed over ``path`` when the block ends, removed when it raises."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            yield fh
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -51,7 +46,19 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
-    return path
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically: a temporary file beside it, fsync, then rename.
+
+    A reader (or a run killed half-way) sees either the old file or the complete new one.
+    The parent folder is created if missing. Returns the path.
+    """
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise ValueError(f"data: expected bytes, got {type(data).__name__}")
+    with _atomic_file(path) as fh:
+        fh.write(data)
+    return Path(path)
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
@@ -71,10 +78,11 @@ def read_json(path: str | os.PathLike) -> Any:
 
 
 def atomic_torch_save(path: str | os.PathLike, obj: Any) -> Path:
-    """``torch.save(obj)`` to ``path`` atomically."""
-    buffer = io.BytesIO()
-    torch.save(obj, buffer)
-    return atomic_write_bytes(path, buffer.getvalue())
+    """``torch.save(obj)`` to ``path`` atomically, streamed into the temporary file (a GPT-2
+    small training state is 2 GB: no copy of it is held in memory)."""
+    with _atomic_file(path) as fh:
+        torch.save(obj, fh)
+    return Path(path)
 
 
 def jsonable(obj: Any) -> Any:
