@@ -50,9 +50,10 @@ test: data
 	DDCL_RESULTS_DIR=$${DDCL_RESULTS_DIR:-$(CURDIR)/_build/test-results} \
 	  $(VENV)/python -m pytest tests notebooks $(NBVAL) -m "not browser and not slow" $(PARALLEL)
 
-## The integration tests (marker slow; about four minutes of CPU, the paper smoke run two of them).
+## The integration tests (marker slow; about eight minutes of CPU, the paper smoke run four of
+## them). The plugin starts the two halves of the smoke run first, one on each worker.
 test-slow: data
-	$(VENV)/python -m pytest tests -m "slow and not browser" $(PARALLEL)
+	$(VENV)/python -m pytest tests -p ddcl_theory.ledger.nbval_numeric -m "slow and not browser" $(PARALLEL)
 
 ## Every golden replayed under each kernel set this CPU can emulate (its own; AVX2 where it has
 ## AVX-512; ATen's scalar kernels with MKL's generic path), each with an empty embedding cache
