@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 
 import pytest
 import torch
 
+from ddcl_theory.runtime.io import read_json
 from ddcl_theory.runtime.rundir import RunDir
 from ddcl_theory.runtime.workers import map_units
 
@@ -28,6 +30,11 @@ def _fails(seed: int) -> int:
     return seed
 
 
+def _sleepy(seconds: float) -> float:
+    time.sleep(seconds)
+    return seconds
+
+
 def _jobs(n: int = 6):
     x = torch.linspace(0.0, 1.0, 50)
     return [(f"seed={s}", (s, x)) for s in range(n)]
@@ -46,6 +53,20 @@ def test_two_workers_give_the_values_of_one_and_compute_only_the_missing_units(t
     assert sorted(again.loaded) == ["seed=0", "seed=1"]
     assert sorted(again.computed) == ["seed=2", "seed=3", "seed=4"]
     assert sorted(again.units_done()) == sorted(k for k, _ in _jobs(5))   # saved by them
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_each_computed_unit_records_its_seconds_and_the_finished_record_lists_them(tmp_path,
+                                                                                  workers):
+    jobs = [("short", (0.05,)), ("long", (0.6,))]
+    first = RunDir("w", _S(2), root=tmp_path, enabled=True)
+    map_units(first, _sleepy, jobs[:1], workers=1)
+    again = RunDir("w", _S(2), root=tmp_path, enabled=True)
+    map_units(again, _sleepy, jobs, workers=workers)
+    assert list(again.unit_seconds) == ["long"]                  # "short" was read back
+    assert 0.6 <= again.unit_seconds["long"] < 30
+    record = read_json(again.finish())
+    assert record["unit_seconds"] == {"long": round(again.unit_seconds["long"], 1)}
 
 
 def test_a_failing_unit_fails_the_map_and_a_disabled_directory_stays_empty(tmp_path):

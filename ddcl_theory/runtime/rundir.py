@@ -17,6 +17,7 @@ import hashlib
 import os
 import re
 import sys
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -89,6 +90,8 @@ class RunDir:
         self._ready = False
         self.loaded: list[str] = []        # unit keys read back from disk in this process
         self.computed: list[str] = []      # unit keys computed (and saved) in this process
+        #: wall seconds of each unit computed in this process (or in its workers)
+        self.unit_seconds: dict[str, float] = {}
 
     @property
     def path(self) -> Path:
@@ -154,7 +157,9 @@ class RunDir:
         if found:
             self.loaded.append(key)
             return value
+        start = time.perf_counter()
         value = compute()
+        self.unit_seconds[key] = time.perf_counter() - start
         self.save_unit(key, value)
         self.computed.append(key)
         return value
@@ -231,6 +236,8 @@ class RunDir:
         self._open()
         record = provenance(self.experiment, self.settings)
         record["units_computed"] = list(self.computed)
+        # where a run's time went (this machine's seconds: the run directory is not committed)
+        record["unit_seconds"] = {k: round(v, 1) for k, v in self.unit_seconds.items()}
         record["units_read_back"] = list(self.loaded)
         record["summary"] = jsonable(summary)
         return write_json(self.path / "finished.json", record)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import os
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -45,12 +46,16 @@ def _check_jobs(jobs: Sequence[tuple[str, tuple]]) -> list[tuple[str, tuple]]:
     return rows
 
 
-def _in_worker(rundir: RunDir, key: str, fn: Callable[..., T], args: tuple) -> T:
-    """One unit in a worker: computed and saved there (``rundir`` arrives already opened)."""
+def _in_worker(rundir: RunDir, key: str, fn: Callable[..., T], args: tuple
+               ) -> tuple[T, float]:
+    """One unit in a worker: computed and saved there (``rundir`` arrives already opened);
+    returns its value and the seconds it took."""
     os.environ["DDCL_PROGRESS"] = "0"
+    start = time.perf_counter()
     value = fn(*args)
+    seconds = time.perf_counter() - start
     rundir.save_unit(key, value)
-    return value
+    return value, seconds
 
 
 def map_units(rundir: RunDir, fn: Callable[..., T], jobs: Sequence[tuple[str, tuple]],
@@ -86,7 +91,8 @@ def map_units(rundir: RunDir, fn: Callable[..., T], jobs: Sequence[tuple[str, tu
             futures = {pool.submit(_in_worker, rundir, key, fn, args): key for key, args in todo}
             try:
                 for future in progress(cf.as_completed(futures), desc=desc, total=len(futures)):
-                    results[futures[future]] = future.result()
+                    key = futures[future]
+                    results[key], rundir.unit_seconds[key] = future.result()
             except BaseException:
                 for future in futures:
                     future.cancel()
