@@ -35,6 +35,7 @@ from ddcl_theory.experiments.optim_groups import decay_groups
 from ddcl_theory.experiments.laplacian_study import ViTRun, measure_vit
 from ddcl_theory.metrics import geometry as metrics
 from ddcl_theory.models.hf_vit import HFViT, draw_drop_scale, drop_path_rates
+from ddcl_theory.runtime.data_parallel import data_parallel, from_main, mean_over_ranks, shard
 from ddcl_theory.runtime.rundir import RunDir
 from ddcl_theory.runtime.settings import Settings, setting
 from ddcl_theory.runtime.stacked import PerSeedLoss, StackedModels, stacked_batches
@@ -175,7 +176,9 @@ def train_deit_stack(make_model: Callable[[int], nn.Module], seeds: Sequence[int
     """Train the S ``seeds`` of one model together under the recipe for ``epochs`` epochs;
     read each at its lowest validation loss (``patience`` epochs without a new lowest end a
     seed, the stack when every seed is done; ``patience=None``: no early stopping, each seed
-    read at the end). Resumable after every epoch through ``run``.
+    read at the end). Resumable after every epoch through ``run``. Under ``torchrun`` each rank
+    trains on its share of every batch (:mod:`ddcl_theory.runtime.data_parallel`); with shares
+    of equal size the stack trains as it does in one process.
 
     Args:
         make_model: ``seed -> model`` of the recipe's shapes (an :class:`HFViT`:
@@ -193,6 +196,7 @@ def train_deit_stack(make_model: Callable[[int], nn.Module], seeds: Sequence[int
                          f"{recipe.warmup_epochs}, got {epochs}")
     x, y = tensors["x_fit"], tensors["y_fit"]
     stack = StackedModels(make_model, seeds).to(device)
+    trained = data_parallel(stack, device)           # DDP under torchrun, else the stack
     peak = recipe.lr * recipe.batch_size / 512
     opt = torch.optim.AdamW(param_groups(stack.stacked, recipe.weight_decay, stacked=True),
                             lr=peak)
@@ -212,22 +216,24 @@ def train_deit_stack(make_model: Callable[[int], nn.Module], seeds: Sequence[int
         for i in range(steps_per_epoch):
             idx = order[i * size:(i + 1) * size]
             images, targets = augmented_batch(recipe, x[idx], y[idx], num_classes, gen)
-            yield images, targets, draw_drop_scale(rates, len(idx), gen).to(device)
+            drop = draw_drop_scale(rates, len(idx), gen).to(device)
+            # every rank draws the whole batch (the same generators), then trains on its share
+            yield shard(images), shard(targets), shard(drop)
 
     def end_of_round(r: int) -> dict:
-        train = per_seed.curves()[-steps_per_epoch:].double().mean(0)
+        train = mean_over_ranks(per_seed.curves()[-steps_per_epoch:].double().mean(0))
         per_seed.steps.clear()
         if patience is None and r + 1 < epochs:
             return {"train_loss": train.tolist(), "stop": False}
         stack.eval()
         loss, acc = lv._stack_scores(stack, tensors["x_val"], tensors["y_val"])
         stack.train()
-        best.update(stack, loss, r + 1)
+        scores = from_main({"val_loss": loss.tolist(), "val_acc": acc.tolist()})
+        best.update(stack, torch.tensor(scores["val_loss"], device=loss.device), r + 1)
         done = patience is not None and bool((best.waited(r + 1) >= patience).all())
-        return {"val_loss": loss.tolist(), "val_acc": acc.tolist(),
-                "train_loss": train.tolist(), "stop": done}
+        return {**scores, "train_loss": train.tolist(), "stop": done}
 
-    log = fit(stack, opt, rounds=epochs, loss=per_seed, device=device, run=run, name=name,
+    log = fit(trained, opt, rounds=epochs, loss=per_seed, device=device, run=run, name=name,
               batches=lambda _r: stacked_batches([one_seed(g) for g in stack.generators]),
               schedulers=[sched], generators=stack.named_generators(),
               modules={"best": best}, end_of_round=end_of_round,

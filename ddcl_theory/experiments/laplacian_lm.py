@@ -46,6 +46,7 @@ from ddcl_theory.experiments.optim_groups import decay_groups
 from ddcl_theory.metrics import geometry as metrics
 from ddcl_theory.models.char_gpt import CharGPT
 from ddcl_theory.runtime import profile
+from ddcl_theory.runtime.data_parallel import data_parallel, from_main, is_main, shard
 from ddcl_theory.runtime.rundir import RunDir
 from ddcl_theory.runtime.settings import Settings, confirmatory_seeds, setting
 from ddcl_theory.runtime.stacked import PerSeedLoss, StackedModels, stacked_batches
@@ -132,6 +133,9 @@ class LMSettings(Settings):
     #: Processes that train the stacks (each on ``threads`` threads): the reference profile
     #: uses both cores of a 2-core machine; the numbers do not depend on it.
     workers: int = setting(1, reference=2, ge=1)
+    #: train both arms (False: the Laplacian one alone, as the smoke run does: the arm without
+    #: Laplacian heads is the same code with no head converted, at twice the smoke run's cost)
+    both_arms: bool = setting(True, smoke=False)
 
     def check(self) -> None:
         gpt2 = ("corpus_tokens", "heldout_fraction")
@@ -162,6 +166,11 @@ class LMSettings(Settings):
     def arms(self) -> tuple[int, int]:
         """Laplacian heads per layer of the two arms: none, then ``laplacian_heads``."""
         return (0, self.laplacian_heads)
+
+    @property
+    def arms_run(self) -> tuple[int, ...]:
+        """The arms :func:`run` trains: both, or the Laplacian one alone (``both_arms=False``)."""
+        return self.arms if self.both_arms else self.arms[1:]
 
     @property
     def scales(self) -> tuple[str, ...]:
@@ -339,13 +348,16 @@ def train_lm_stack(settings: LMSettings, data: LMData | TextParts, laplacian_hea
                    ) -> list[LMRun]:
     """Train the ``seeds`` of one arm for ``steps`` steps as one stacked model and read each at
     its lowest validation loss (and score it on the downstream task, where ``data`` has one, at
-    the longest length); resumable after every round through ``run``."""
+    the longest length); resumable after every round through ``run``. Under ``torchrun`` each
+    rank trains on its share of every batch and rank 0 measures
+    (:mod:`ddcl_theory.runtime.data_parallel`)."""
     data = data if isinstance(data, LMData) else LMData(data)
     text = data.text
     block = settings.block_size
     # one seed (the paper profile's GPT-2): no vmap, so SDPA keeps its fused kernels on CUDA
     stack = StackedModels(_make_model(settings, len(text.vocab), laplacian_heads), seeds,
                           direct_single=True).to(device)
+    trained = data_parallel(stack, device)           # DDP under torchrun, else the stack
     params = (decay_groups(stack.stacked, settings.weight_decay, stacked=True)
               if settings.decay_matrices_only else stack.parameters())
     opt = torch.optim.AdamW(params, lr=settings.lr, weight_decay=settings.weight_decay)
@@ -365,9 +377,11 @@ def train_lm_stack(settings: LMSettings, data: LMData | TextParts, laplacian_hea
         stack.num_seeds)
 
     def measure_all() -> dict[str, list[float]]:
-        rows = [measure(m, windows, block, settings.cdnv_min_count) for m in stack.unstack()]
         per_seed.steps.clear()
-        return {k: [r[k] for r in rows] for k in rows[0]}
+        if not is_main():                   # under torchrun rank 0 measures, the others wait
+            return from_main(None)
+        rows = [measure(m, windows, block, settings.cdnv_min_count) for m in stack.unstack()]
+        return from_main({k: [r[k] for r in rows] for k in rows[0]})
 
     first = measure_all()
 
@@ -375,7 +389,8 @@ def train_lm_stack(settings: LMSettings, data: LMData | TextParts, laplacian_hea
         for _ in range(per_round):
             starts = torch.randint(0, len(text.train) - block - 1, (settings.batch_size,),
                                    generator=gen).to(device)
-            yield next_char_windows(text.train, starts, block)
+            # every rank draws the whole batch (the same generators), then trains on its share
+            yield next_char_windows(text.train, shard(starts), block)
 
     def end_of_round(r: int) -> dict:
         m = measure_all()
@@ -383,7 +398,7 @@ def train_lm_stack(settings: LMSettings, data: LMData | TextParts, laplacian_hea
         return m
 
     name = unit_name(settings, laplacian_heads, steps, seeds)
-    log = fit(stack, opt, rounds=settings.rounds, loss=per_seed, device=device, run=run,
+    log = fit(trained, opt, rounds=settings.rounds, loss=per_seed, device=device, run=run,
               name=name, batches=lambda _r: stacked_batches([one_seed(g)
                                                              for g in stack.generators]),
               schedulers=[sched], generators=stack.named_generators(), modules={"best": best},
@@ -431,7 +446,7 @@ def run(settings: LMSettings | None = None) -> LMStudy:
     ckpt = RunDir("laplacian_lm", settings)
     units, costs = [], []
     for steps in settings.steps:
-        for lap in settings.arms:
+        for lap in settings.arms_run:
             for seeds in _stacks(settings.seeds_at(steps), settings.stack_size):
                 units.append((unit_name(settings, lap, steps, seeds),
                               (settings, data, lap, steps, seeds, device, ckpt)))

@@ -69,20 +69,21 @@ def _used(examples: dict[str, int]) -> dict[str, int]:
 
 # ---------------------------------------------------------------------------- the entries
 def laplacian_lm(s: Any) -> int:
-    """Arms (none, ``laplacian_heads``) x training lengths x stacks: a length's seeds train as
-    stacked models of at most ``stack_size`` seeds (one stack when None), each ``rounds``
-    rounds of ``steps // rounds`` stacked batches (seeds not multiplied)."""
+    """Arms run (none and ``laplacian_heads``, or the latter alone) x training lengths x
+    stacks: a length's seeds train as stacked models of at most ``stack_size`` seeds (one stack
+    when None), each ``rounds`` rounds of ``steps // rounds`` stacked batches (seeds not
+    multiplied)."""
     def stacks(steps: int) -> int:
         n = len(s.seeds_at(steps))
         return -(-n // (s.stack_size or n))
-    return len(s.arms) * sum(stacks(steps) * s.rounds * (steps // s.rounds)
-                             for steps in s.steps)
+    return len(s.arms_run) * sum(stacks(steps) * s.rounds * (steps // s.rounds)
+                                 for steps in s.steps)
 
 
 def laplacian_lm_examples(s: Any) -> dict[str, int]:
     """``StackedModels``: each stacked step's (input, target) batch is two (seeds_at(length),
     ``batch_size``, ``block_size``) token-id tensors: seeds x batch x block per step."""
-    return _used({"StackedModels": len(s.arms) * s.batch_size * s.block_size * sum(
+    return _used({"StackedModels": len(s.arms_run) * s.batch_size * s.block_size * sum(
         s.rounds * (steps // s.rounds) * len(s.seeds_at(steps)) for steps in s.steps)})
 
 

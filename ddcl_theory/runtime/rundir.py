@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from ddcl_theory.runtime import profile
+from ddcl_theory.runtime import data_parallel, profile
 from ddcl_theory.runtime.io import atomic_torch_save, jsonable, read_json, write_json
 from ddcl_theory.runtime.paths import results_dir
 from ddcl_theory.runtime.profile import env_flag
@@ -56,7 +56,8 @@ def _file_key(key: str) -> str:
 
 
 def _unwrap(module: torch.nn.Module) -> torch.nn.Module:
-    return getattr(module, "_orig_mod", module)          # a torch.compile wrapper
+    """The module inside a ``torch.compile`` and a ``DistributedDataParallel`` wrapper."""
+    return data_parallel.unwrap(getattr(module, "_orig_mod", module))
 
 
 class RunDir:
@@ -101,6 +102,10 @@ class RunDir:
     def _open(self) -> None:
         if self._ready:
             return
+        if not data_parallel.is_main():     # rank 0 checks and writes; the others wait for it
+            data_parallel.barrier()
+            self._ready = True
+            return
         here = provenance(self.experiment, self.settings)
         stored_path = self.path / PROVENANCE_NAME
         if self.path.exists() and self.path.resolve() not in _OPENED:
@@ -123,6 +128,7 @@ class RunDir:
             write_json(stored_path, here)
         _OPENED.add(self.path.resolve())
         self._ready = True
+        data_parallel.barrier()
 
     # ------------------------------------------------------------------ finished units
     def unit_path(self, key: str) -> Path:
@@ -145,11 +151,13 @@ class RunDir:
         return True, stored["value"]
 
     def save_unit(self, key: str, value: Any) -> None:
-        """Store a finished unit's result (any picklable object) atomically under ``key``."""
+        """Store a finished unit's result (any picklable object) atomically under ``key``
+        (rank 0 alone, under data-parallel training)."""
         if not self.enabled:
             return
         self._open()
-        atomic_torch_save(self.unit_path(key), {"key": key, "value": value})
+        if data_parallel.is_main():
+            atomic_torch_save(self.unit_path(key), {"key": key, "value": value})
 
     def unit(self, key: str, compute: Callable[[], T]) -> T:
         """The finished unit ``key``: read back when saved, else ``compute()`` and save it."""
@@ -184,10 +192,13 @@ class RunDir:
                    extra: Any = None) -> None:
         """Save a loop's state atomically: ``position`` (e.g. the next step), the modules'
         and optimisers' and schedulers' ``state_dict``, every RNG (:func:`rng_state`) and
-        ``extra`` (e.g. the losses so far)."""
+        ``extra`` (e.g. the losses so far). Rank 0 alone writes, under data-parallel
+        training."""
         if not self.enabled:
             return
         self._open()
+        if not data_parallel.is_main():
+            return
         atomic_torch_save(self.state_path(name), {
             "position": position,
             "modules": {k: _unwrap(m).state_dict() for k, m in (modules or {}).items()},
@@ -224,7 +235,7 @@ class RunDir:
 
     def clear_state(self, name: str = "state") -> None:
         """Remove a saved loop state (e.g. once its unit is finished and saved)."""
-        if self.enabled:
+        if self.enabled and data_parallel.is_main():
             with contextlib.suppress(FileNotFoundError):
                 self.state_path(name).unlink()
 
@@ -234,6 +245,8 @@ class RunDir:
         if not self.enabled:
             return None
         self._open()
+        if not data_parallel.is_main():
+            return None
         record = provenance(self.experiment, self.settings)
         record["units_computed"] = list(self.computed)
         # where a run's time went (this machine's seconds: the run directory is not committed)

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from ddcl_theory.runtime import data_parallel
 from ddcl_theory.runtime.precision import autocast, maybe_compile
 from ddcl_theory.runtime.rundir import RunDir
 from ddcl_theory.runtime.progress import progress
@@ -133,7 +134,10 @@ def fit(model: torch.nn.Module, optimizers: torch.optim.Optimizer | Sequence[tor
     """Train ``model``; return the per-step losses and per-round metrics.
 
     Args:
-        model: the module trained (its forward, possibly compiled, is handed to ``loss``).
+        model: the module trained (its forward, possibly compiled, is handed to ``loss``); a
+            ``DistributedDataParallel`` wrapper under data-parallel training
+            (:mod:`ddcl_theory.runtime.data_parallel`: ``batches`` then yields this rank's
+            shares, and its checkpoints hold the wrapped module, written by rank 0).
         optimizers: one optimiser or several (all step after each backward pass, in order).
         rounds: number of rounds (epochs, or blocks of steps).
         batches: ``round -> iterable of batches``; draw from the generators in ``generators``.
@@ -187,7 +191,8 @@ def fit(model: torch.nn.Module, optimizers: torch.optim.Optimizer | Sequence[tor
                     opt.zero_grad(set_to_none=True)
                 value.backward()
             if counting is not None:
-                _count_step(counting, model, counter.get_total_flops(), batch_examples(batch))
+                _count_step(counting, data_parallel.unwrap(model), counter.get_total_flops(),
+                            batch_examples(batch))
             if clip_grad_norm is not None:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), clip_grad_norm)
             for opt in opts:
