@@ -23,13 +23,13 @@ TRAINING = ("laplacian_lm.run", "orbital_debris.run", "text_readout.run", "stack
 NOTHING = ("scaling.run", "annealing.run", "cooling.run", "overhead.run",
            "eps_ablation.linear_analysis")
 #: Steps that ``python -m ddcl_theory.experiments.smoke --threads 1`` measured per entry.
-SMOKE_MEASURED = {"laplacian_lm.run": 4, "orbital_debris.run": 60, "text_readout.run": 28,
+SMOKE_MEASURED = {"laplacian_lm.run": 2, "orbital_debris.run": 60, "text_readout.run": 28,
                   "stacked_layers.run": 2, "peer_readouts.run": 40}
 #: Examples per model class that ``python -m ddcl_theory.experiments.smoke --flops --threads 1``
 #: measured (``training.models[class].examples``): the LM counts seeds x batch x block
 #: tokens per stacked step, a full-batch DDCL fit on one (1, tokens, F) sequence 1 per step.
 SMOKE_EXAMPLES = {
-    "laplacian_lm.run": {"StackedModels": 4_096},
+    "laplacian_lm.run": {"StackedModels": 2_048},
     "orbital_debris.run": {"DDCLAttention": 50, "QuantizedMLPAutoencoder": 5_000},
     "text_readout.run": {"DDCLPooledReadout": 480, "DDCLAttention": 16},
     "stacked_layers.run": {"StackedDDCL": 64},
