@@ -151,8 +151,12 @@ RULES["D17"] = Rule(
          "statistic and is decided and shown beside. Each readout's learning rate and attention "
          "temperature come from one grid of five rates (3e-4 to 3e-2) and five temperature "
          "factors (0.03 to 3 times its default), chosen by validation accuracy on a held-out "
-         "fifth of the training sequences. Slot Attention's iterations and FLOPs against "
-         "DDCL's are counted beside.",
+         "fifth of the training sequences, ties broken by the lower validation cross-entropy. "
+         "Slot Attention's iterations and FLOPs against DDCL's are counted beside. Amended "
+         "after the first confirmatory run (seeds from 1000), whose tuning broke ties by grid "
+         "order: four of the Perceiver's configurations tied at the top validation accuracy "
+         "and gave maps ranks from 0.17 to 0.45, so its number turned on the order of the grid; "
+         "the second confirmatory run (seeds from 2000) is the amended rule's.",
 )
 
 # ------------------------------------------------------------------------------------- D13

@@ -88,6 +88,7 @@ from ddcl_theory.experiments.peer_readouts.records import (
 )
 from ddcl_theory.experiments.peer_readouts.settings import (
     BANK_INITS,
+    D17_CONFIRMATORY_RUN,
     D17_SEEDS,
     DDCL_READOUT,
     ENCODERS,
@@ -107,6 +108,7 @@ from ddcl_theory.experiments.peer_readouts.study import (
     cost_settings,
     run,
     tune,
+    validation_scores,
     validation_split,
 )
 from ddcl_theory.experiments.peer_readouts.summaries import (
@@ -124,6 +126,7 @@ from ddcl_theory.experiments.peer_readouts.training import (
 
 __all__ = [
     "BANK_INITS",
+    "D17_CONFIRMATORY_RUN",
     "D17_SEEDS",
     "DDCL_READOUT",
     "DEBRIS_SUBSETS",
@@ -173,5 +176,6 @@ __all__ = [
     "train_readout",
     "tune",
     "tuning_rows",
+    "validation_scores",
     "validation_split",
 ]

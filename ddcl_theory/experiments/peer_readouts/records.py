@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from ddcl_theory.experiments.peer_readouts.data import TokenSet
 from ddcl_theory.experiments.peer_readouts.model import (
@@ -38,6 +39,7 @@ class CollapseRecord:
     # the last record of a run: the effective rank of each measured sequence's S attention
     # maps / S, in sequence order (their mean is maps.effective_rank / S); () before
     maps_rank_items: tuple[float, ...] = ()
+    test_loss: float = float("nan")    # mean cross-entropy on the test set (nan with test_acc)
 
     @property
     def maps_rank(self) -> float:
@@ -107,24 +109,26 @@ def measure_readout(model: ReadoutClassifier, data: TokenSet, test: TokenSet | N
 
     def evaluate(d: TokenSet, keep: bool):
         gen = torch.Generator(device=d.tokens.device).manual_seed(gen_seed)
-        correct, outs = 0, []
+        correct, nll, outs = 0, 0.0, []
         for start in range(0, d.tokens.shape[0], s.eval_batch):
             sl = slice(start, start + s.eval_batch)
             x, m = trim_padding(d.tokens[sl], d.mask[sl])
             lg, out = model(x, m, generator=gen)
             correct += int((lg.argmax(-1) == d.labels[sl]).sum())
+            nll += float(F.cross_entropy(lg.double(), d.labels[sl], reduction="sum"))
             if keep:
                 rows = m.any(1)
                 outs.append((out, m, rows))
-        return correct / d.tokens.shape[0], outs
+        n = d.tokens.shape[0]
+        return correct / n, nll / n, outs
 
     if 0 < s.measure_sequences < data.tokens.shape[0]:
         sl = slice(0, s.measure_sequences)
         data = TokenSet(data.tokens[sl], data.mask[sl], data.labels[sl])
-    train_acc, outs = evaluate(data, True)
-    test_acc = float("nan")
+    train_acc, _, outs = evaluate(data, True)
+    test_acc = test_loss = float("nan")
     if test is not None and (s.test_every_epoch or final):
-        test_acc = evaluate(test, False)[0]
+        test_acc, test_loss, _ = evaluate(test, False)
     # metrics batch by batch (a batch's maps are (b, S, T_batch)), then token/sequence means
     parts: dict[str, list[tuple[rm.CollapseMetrics, int]]] = {"vectors": [], "states": [],
                                                               "maps": []}
@@ -149,7 +153,7 @@ def measure_readout(model: ReadoutClassifier, data: TokenSet, test: TokenSet | N
     return CollapseRecord(epoch, loss, train_acc, test_acc, *(_mean_metrics(parts[k]) for k in
                                                              ("vectors", "states", "maps")),
                           use.fraction_used, use.perplexity, use.token_perplexity, ratio, hard,
-                          tuple(items))
+                          tuple(items), test_loss)
 
 
 def first_choice_perplexity(histogram: torch.Tensor) -> float:

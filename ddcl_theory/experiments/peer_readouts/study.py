@@ -126,13 +126,14 @@ class StudyResult:
     flops: dict[str, list[int]]
     cost: CostResult | None
 
-    def validation_accuracy(self, kind: str) -> dict[Config, float]:
-        """configuration -> validation accuracy of ``kind``'s tuning run."""
-        return {c: float(h.final.test_acc) for c, h in self.tuning[kind].items()}
+    def validation_scores(self, kind: str) -> dict[Config, tuple[float, float]]:
+        """configuration -> (validation accuracy, validation cross-entropy) of ``kind``'s
+        tuning run."""
+        return validation_scores(self.tuning[kind])
 
     def chosen(self, kind: str) -> Config:
         """The configuration of ``kind``'s main runs (:func:`choose`)."""
-        return choose(self.validation_accuracy(kind))
+        return choose(self.validation_scores(kind))
 
     def deciding(self, kind: str) -> list[ReadoutHistory]:
         """``kind``'s main runs at the deciding (longest) schedule, in seed order."""
@@ -158,13 +159,24 @@ def _unit(ckpt: RunDir, key: str, kind: str, train: TokenSet, test: TokenSet,
                                             run=ckpt, name=key))
 
 
-def choose(scores: dict[Config, float]) -> Config:
+def choose(scores: dict[Config, tuple[float, float]]) -> Config:
     """The configuration with the best validation accuracy in ``scores`` (configuration ->
-    accuracy); among equals the first in grid order."""
+    (accuracy, cross-entropy)); among equal accuracies (a step of one held-out sequence ties
+    them often) the lowest validation cross-entropy; among equals in both the first in grid
+    order."""
     if not scores:
         raise ValueError("scores: expected at least one configuration")
-    best = max(scores.values())
-    return next(c for c, acc in scores.items() if acc == best)
+    if any(not isinstance(v, tuple) or len(v) != 2 for v in scores.values()):
+        raise ValueError("scores: expected (accuracy, cross-entropy) pairs")
+    best = max(acc for acc, _ in scores.values())
+    tied = {c: loss for c, (acc, loss) in scores.items() if acc == best}
+    lowest = min(tied.values())
+    return next(c for c, loss in tied.items() if loss == lowest)
+
+
+def validation_scores(runs: dict[Config, ReadoutHistory]) -> dict[Config, tuple[float, float]]:
+    """configuration -> (accuracy, cross-entropy) of its tuning run on the validation split."""
+    return {c: (float(h.final.test_acc), float(h.final.test_loss)) for c, h in runs.items()}
 
 
 def validation_split(data: TokenSet, fraction: float, seed: int) -> tuple[TokenSet, TokenSet]:
@@ -221,8 +233,7 @@ def run(settings: StudySettings | None = None, *, encoder=None,
     ckpt = RunDir("peer_readouts", s)
     d = data[s.decide_task]
     tuning = tune(s, d, ckpt)
-    chosen = {k: choose({c: float(h.final.test_acc) for c, h in tuning[k].items()})
-              for k in READOUTS}
+    chosen = {k: choose(validation_scores(tuning[k])) for k in READOUTS}
     main: dict[int, dict[str, list[ReadoutHistory]]] = {}
     for epochs in progress(s.scales(), desc="schedules"):
         main[epochs] = {kind: [_unit(ckpt, f"main/{d.name}/{kind}/epochs={epochs}/seed={seed}",

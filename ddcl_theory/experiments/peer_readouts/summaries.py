@@ -82,8 +82,8 @@ def series(result: StudyResult, kind: str, name: str, epochs: int | None = None)
 
 @dataclass(frozen=True)
 class TuningRow:
-    """One tuning run: readout, configuration, validation accuracy and, on the training
-    sequences it measured, the two collapse readings at its end (both / S) and DDCL's
+    """One tuning run: readout, configuration, validation accuracy and cross-entropy and, on
+    the training sequences it measured, the two collapse readings at its end (both / S) and DDCL's
     tau / T_c at its start and end (nan for the peers)."""
 
     kind: str
@@ -91,6 +91,7 @@ class TuningRow:
     factor: float
     temperature: float
     validation_acc: float
+    validation_loss: float
     maps_rank: float
     usage: float
     ratio_start: float
@@ -105,7 +106,7 @@ def tuning_rows(result: StudyResult) -> list[TuningRow]:
         for (lr, factor), h in runs.items():
             f = h.final
             rows.append(TuningRow(kind, lr, factor, s.temperature(kind, factor),
-                                  float(f.test_acc), f.maps_rank,
+                                  float(f.test_acc), float(f.test_loss), f.maps_rank,
                                   f.normalised_usage, h.records[0].critical_ratio,
                                   f.critical_ratio))
     return rows
