@@ -18,6 +18,7 @@ CALLS: list = []
 @dataclasses.dataclass(frozen=True)
 class FakeSettings:
     workers: int = 1
+    batch_size: int = 4
 
     @classmethod
     def from_profile(cls, **overrides):
@@ -47,20 +48,23 @@ def test_outside_torchrun_it_says_how_to_start(monkeypatch, capsys):
     assert "run me under torchrun" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_an_entry_runs_inside_the_process_group(monkeypatch, workers):
+@pytest.mark.parametrize("workers, world_size, error", [
+    (1, 1, None), (2, 1, "trains in 2 worker processes"),
+    (1, 3, "batch_size=4 does not split into 3 equal shares")])
+def test_an_entry_runs_inside_the_process_group(monkeypatch, workers, world_size, error):
     entry = Experiment(__name__, "FakeSettings", "fake_run", {"workers": workers})
     monkeypatch.setattr(launch, "DATA_PARALLEL", (entry.name,))
     monkeypatch.setattr(launch, "entries", lambda: [entry])
     for key, value in dict(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
                            MASTER_PORT=str(_free_port())).items():
         monkeypatch.setenv(key, value)
+    monkeypatch.setattr(launch, "world", lambda: (0, world_size))
     CALLS.clear()
-    if workers == 1:
+    if error is None:
         assert launch.main([entry.name, "--backend", "gloo"]) == 0
         assert CALLS == [(FakeSettings(workers=1), (0, 1))]
     else:
-        with pytest.raises(SystemExit, match="trains in 2 worker processes"):
+        with pytest.raises(SystemExit, match=error):
             launch.main([entry.name, "--backend", "gloo"])
         assert CALLS == []
     assert world() == (0, 1)                       # the process group is gone afterwards

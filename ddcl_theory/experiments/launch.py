@@ -51,11 +51,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         entry = next(e for e in entries() if e.name == args.name)
         settings = entry.make_settings()
+        rank, size = world()
         if getattr(settings, "workers", 1) > 1:
             raise SystemExit(f"{entry.name}: the active profile trains in {settings.workers} "
                              "worker processes; under torchrun use a profile with one "
                              "(DDCL_PROFILE=paper)")
-        rank, size = world()
+        batch = getattr(settings, "batch_size", None)
+        if batch is not None and batch % size:
+            raise SystemExit(f"{entry.name}: batch_size={batch} does not split into {size} "
+                             "equal shares; run a number of ranks that divides it")
         if is_main():
             print(f"{entry.name}: {size} rank(s), backend {backend}", flush=True)
         entry.run_function()(settings)
