@@ -31,6 +31,10 @@ def test_both_recipes_are_timed_and_reported(tmp_path, capsys):
     for r in rows:
         assert r["seconds_per_step"] > 0 and r["examples_per_second"] > 0 and r["peak_mib"] > 0
     assert rows[0]["batch"] == rows[1]["batch"] == 2
+    # the study's optimiser for its stack (the paper profile's GPT-2 recipe), plain AdamW beside
+    assert rows[0]["param_groups"] == 2 and rows[1]["param_groups"] == 1
+    assert rows[0]["optimiser"] == ("AdamW lr 0.0006, weight decay 0.1 on the matrices and "
+                                    "embeddings, each seed clipped at 1")
     assert rows[2]["seeds"] == 2 and rows[2]["hours_per_stack"] > 0
     assert rows[3]["hours_per_arm"] > 0 and rows[3]["batch"] == 8
     assert [r["bf16"] for r in rows] == [False] * 4               # bf16 on CUDA only

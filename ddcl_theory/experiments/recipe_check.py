@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from ddcl_theory.data import augment
 from ddcl_theory.experiments import deit_recipe, dense_features, dino_recipe, gpt2_recipe
 from ddcl_theory.experiments.laplacian_lm import LMSettings
+from ddcl_theory.experiments.optim_groups import decay_groups
 from ddcl_theory.runtime.precision import amp_enabled, autocast
 from ddcl_theory.models.hf_vit import draw_drop_scale, drop_path_rates
 from ddcl_theory.runtime.stacked import StackedModels
@@ -136,7 +137,9 @@ def time_gpt2(device: str, steps: int, *, batch: int = 8, shapes=None,
               stacked: bool = False) -> dict:
     """GPT-2 with 5 Laplacian heads a block, next-token cross-entropy, one batch a step; with
     ``stacked``, as the language-model study trains it: a stack of one seed, called directly
-    (``StackedModels(..., direct_single=True)``), its loss under ``vmap``."""
+    (``StackedModels(..., direct_single=True)``), its loss under ``vmap``, the study's optimiser
+    (the active profile's :class:`LMSettings`: AdamW with weight decay on the matrices and
+    embeddings, each seed's gradient clipped); else plain AdamW on every parameter."""
     shapes = shapes or gpt2_recipe.GPT2Shapes.from_profile()
     vocab = 50257
     if stacked:
@@ -155,7 +158,19 @@ def time_gpt2(device: str, steps: int, *, batch: int = 8, shapes=None,
         def loss_of() -> torch.Tensor:
             logits = model(ids[:, :-1])
             return F.cross_entropy(logits.reshape(-1, vocab).float(), ids[:, 1:].reshape(-1))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    if stacked:
+        lm = LMSettings.from_profile()
+        groups = (decay_groups(model.stacked, lm.weight_decay, stacked=True)
+                  if lm.decay_matrices_only else list(model.parameters()))
+        opt = torch.optim.AdamW(groups, lr=lm.lr, weight_decay=lm.weight_decay)
+        if lm.grad_clip is not None:
+            model.clip_before_step(opt, lm.grad_clip)
+        optimiser = (f"AdamW lr {lm.lr:g}, weight decay {lm.weight_decay:g}"
+                     f"{' on the matrices and embeddings' if lm.decay_matrices_only else ''}"
+                     f"{f', each seed clipped at {lm.grad_clip:g}' if lm.grad_clip else ''}")
+    else:
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        optimiser = "AdamW lr 0.0001, weight decay 0.01 on every parameter"
 
     def step() -> None:
         with autocast(device):
@@ -170,7 +185,8 @@ def time_gpt2(device: str, steps: int, *, batch: int = 8, shapes=None,
            f"context={shapes.block_size} attention={shapes.attention}", "batch": batch,
            "seconds_per_step": seconds,
            "examples_per_second": batch * shapes.block_size / seconds,
-           "peak_mib": _peak_mib(device)}
+           "peak_mib": _peak_mib(device), "optimiser": optimiser,
+           "param_groups": len(opt.param_groups)}
     if device.startswith("cuda"):
         row["attention_kernels"] = attention_kernels(step)
     del model, opt

@@ -160,7 +160,8 @@ def measured_lines(measured: dict | None, costs: list[ExperimentCost], gpu: Gpu 
             f"{rate / 1e12:,.0f} TFLOP/s, {rate / gpu.peak:.0%} of the peak (the table above "
             f"assumes {gpu.utilisation:.0%}). Its {cost.steps:,} optimiser steps at the paper's "
             f"settings take about {_hours(hours)} GPU hours at that speed, before its "
-            "evaluation passes.",
+            "evaluation passes."
+            + (f" Its optimiser was the study's: {r['optimiser']}." if "optimiser" in r else ""),
             "",
         ]
     return lines
