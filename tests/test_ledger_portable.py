@@ -41,15 +41,6 @@ def test_chapter_moves_reports_the_largest_move_under_the_cells_tolerance(tmp_pa
                                   timing) == (0.0, "")
 
 
-@pytest.mark.slow
-def test_a_chapter_replayed_under_the_scalar_kernels_agrees_with_its_golden(tmp_path, capsys):
-    assert portable.main(["--sets", "default", "--out", str(tmp_path), "decomposition"]) == 0
-    out = capsys.readouterr().out
-    assert "default: decomposition: largest move" in out
-    assert "portable: default (DEFAULT): 0 difference(s)" in out
-    assert (tmp_path / "default" / "decomposition.ipynb").is_file()
-
-
 def test_each_kernel_set_runs_with_its_own_empty_cache_and_scratch_results(tmp_path, monkeypatch):
     seen = {}
 
@@ -72,7 +63,10 @@ def test_each_kernel_set_runs_with_its_own_empty_cache_and_scratch_results(tmp_p
 
 
 @pytest.mark.slow
-def test_a_replayed_chapter_that_moved_past_its_tolerance_is_reported(tmp_path, monkeypatch):
+def test_a_chapter_replayed_under_the_scalar_kernels_agrees_with_its_golden_but_a_break(
+        tmp_path, monkeypatch, capsys):
+    # one replay (a kernel start costs seconds of CI): decomposition under the scalar kernels,
+    # against its golden with one number changed; that cell alone is reported
     from ddcl_theory.ledger import goldens
 
     source = goldens.sources(["decomposition"])[0]
@@ -86,5 +80,10 @@ def test_a_replayed_chapter_that_moved_past_its_tolerance_is_reported(tmp_path, 
     nbformat.write(nb, broken)
     monkeypatch.setattr(goldens, "golden_path", lambda s: broken if s == source
                         else s.with_suffix(".ipynb"))
-    report = portable.replay("native", ["decomposition"], tmp_path / "run", jobs=1)
-    assert report["problems"] and all("cell" in p for p in report["problems"])
+    assert portable.main(["--sets", "default", "--out", str(tmp_path / "run"),
+                          "decomposition"]) == 1
+    printed = capsys.readouterr().out
+    assert "default: decomposition: largest move" in printed
+    assert "portable: default (DEFAULT): 1 difference(s)" in printed
+    assert "portable: FAILED" in printed
+    assert (tmp_path / "run" / "default" / "decomposition.ipynb").is_file()
