@@ -59,12 +59,13 @@ def test_an_entry_runs_inside_the_process_group(monkeypatch, workers, world_size
                            MASTER_PORT=str(_free_port())).items():
         monkeypatch.setenv(key, value)
     monkeypatch.setattr(launch, "world", lambda: (0, world_size))
+    monkeypatch.setattr(launch.profile, "configure_torch", lambda: CALLS.append("configured"))
     CALLS.clear()
     if error is None:
         assert launch.main([entry.name, "--backend", "gloo"]) == 0
-        assert CALLS == [(FakeSettings(workers=1), (0, 1))]
+        assert CALLS == ["configured", (FakeSettings(workers=1), (0, 1))]
     else:
         with pytest.raises(SystemExit, match=error):
             launch.main([entry.name, "--backend", "gloo"])
-        assert CALLS == []
+        assert CALLS == ["configured"]
     assert world() == (0, 1)                       # the process group is gone afterwards

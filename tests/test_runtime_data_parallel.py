@@ -40,11 +40,12 @@ def _recipe() -> dr.DeiTRecipe:
                                crop_pad=1, drop_path=0.3, patience=2)
 
 
-def _train_vit() -> tuple[list[torch.nn.Module], np.ndarray, int]:
-    """The stack's models, training-loss curves and the FLOPs its training steps computed."""
+def _train_vit(n: int = 64) -> tuple[list[torch.nn.Module], np.ndarray, int]:
+    """The stack's models, training-loss curves and the FLOPs its training steps computed, on
+    ``n`` training images (batches of 16)."""
     recipe = _recipe()
     tensors = {k: v.double() if v.is_floating_point() else v
-               for k, v in dr.study_pixels(synthetic_images(), 64).items()}
+               for k, v in dr.study_pixels(synthetic_images(), n).items()}
     with counting_flops() as count:
         models, log = dr.train_deit_stack(lambda _s: recipe.model(10, 1).double(), (0, 1),
                                           recipe, tensors, 10, "cpu", epochs=3, patience=2)
@@ -70,12 +71,18 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
                             world_size=WORLD)
     try:
         models, train_loss, flops = _train_vit()
+        # 67 images: each epoch's last batch holds 3, of which the ranks train on 1 each;
+        # 65: its last batch holds 1, fewer than the ranks, and is left out
+        partial, _, partial_flops = _train_vit(67)
+        _, _, short_flops = _train_vit(65)
         s = _lm_settings()
         run = RunDir("lm-ddp", s, root=Path(out_dir) / "runs", enabled=True)
         runs, tokens = run.unit("stack", lambda: _train_lm(s, run))
         run.finish()
         torch.save({"vit": [m.state_dict() for m in models], "vit_train_loss": train_loss,
-                    "vit_flops": flops, "lm": runs, "lm_tokens": tokens, "world": dp.world(),
+                    "vit_flops": flops, "vit_partial": [m.state_dict() for m in partial],
+                    "vit_partial_flops": partial_flops, "vit_short_flops": short_flops,
+                    "lm": runs, "lm_tokens": tokens, "world": dp.world(),
                     "shard": dp.shard(torch.arange(5))}, Path(out_dir) / f"rank{rank}.pt")
     finally:
         dist.destroy_process_group()
@@ -107,6 +114,13 @@ def test_two_gloo_ranks_train_the_paper_stacks_as_one_process_does(tmp_path):
         for state, model in zip(rank["vit"], alone):
             for name, value in model.state_dict().items():
                 assert torch.allclose(state[name], value, rtol=1e-7, atol=1e-9), name
+
+    # a partial last batch: equal shares still (as many FLOPs on each rank), the replicas equal;
+    # one image fewer than the ranks: no last step (as many FLOPs as 64 images give)
+    assert ranks[0]["vit_partial_flops"] == ranks[1]["vit_partial_flops"]
+    assert ranks[0]["vit_short_flops"] == ranks[0]["vit_flops"]
+    for state, other in zip(ranks[0]["vit_partial"], ranks[1]["vit_partial"]):
+        assert all(torch.equal(state[k], other[k]) for k in state)
 
     # the language-model stack (float32): rank 0 measured and every rank got its numbers
     s = _lm_settings()

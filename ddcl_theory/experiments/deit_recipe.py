@@ -35,7 +35,8 @@ from ddcl_theory.experiments.optim_groups import decay_groups
 from ddcl_theory.experiments.laplacian_study import ViTRun, measure_vit
 from ddcl_theory.metrics import geometry as metrics
 from ddcl_theory.models.hf_vit import HFViT, draw_drop_scale, drop_path_rates
-from ddcl_theory.runtime.data_parallel import data_parallel, from_main, mean_over_ranks, shard
+from ddcl_theory.runtime.data_parallel import (data_parallel, from_main, mean_over_ranks, shard,
+                                               world)
 from ddcl_theory.runtime.rundir import RunDir
 from ddcl_theory.runtime.settings import Settings, setting
 from ddcl_theory.runtime.stacked import PerSeedLoss, StackedModels, stacked_batches
@@ -178,7 +179,8 @@ def train_deit_stack(make_model: Callable[[int], nn.Module], seeds: Sequence[int
     seed, the stack when every seed is done; ``patience=None``: no early stopping, each seed
     read at the end). Resumable after every epoch through ``run``. Under ``torchrun`` each rank
     trains on its share of every batch (:mod:`ddcl_theory.runtime.data_parallel`); with shares
-    of equal size the stack trains as it does in one process.
+    of equal size the stack trains as it does in one process (an epoch's last batch, when
+    partial, drops the images past a multiple of the number of ranks).
 
     Args:
         make_model: ``seed -> model`` of the recipe's shapes (an :class:`HFViT`:
@@ -201,7 +203,14 @@ def train_deit_stack(make_model: Callable[[int], nn.Module], seeds: Sequence[int
     opt = torch.optim.AdamW(param_groups(stack.stacked, recipe.weight_decay, stacked=True),
                             lr=peak)
     n, size = x.shape[0], recipe.batch_size
-    steps_per_epoch = math.ceil(n / size)
+    ranks = world()[1]
+    # equal shares under torchrun: an epoch's last, partial batch drops the images past a
+    # multiple of the number of ranks (fewer than one a rank), and is left out when none remain
+    last = n % size - n % size % ranks
+    steps_per_epoch = n // size + (1 if last else 0)
+    if steps_per_epoch == 0:
+        raise ValueError(f"tensors: {n} training images do not give each of the {ranks} ranks "
+                         "one")
     total, warmup = epochs * steps_per_epoch, recipe.warmup_epochs * steps_per_epoch
     floor = min(recipe.min_lr / peak, 1.0)
     sched = torch.optim.lr_scheduler.LambdaLR(
@@ -215,6 +224,7 @@ def train_deit_stack(make_model: Callable[[int], nn.Module], seeds: Sequence[int
         order = torch.randperm(n, generator=gen).to(device)
         for i in range(steps_per_epoch):
             idx = order[i * size:(i + 1) * size]
+            idx = idx[:len(idx) - len(idx) % ranks]
             images, targets = augmented_batch(recipe, x[idx], y[idx], num_classes, gen)
             drop = draw_drop_scale(rates, len(idx), gen).to(device)
             # every rank draws the whole batch (the same generators), then trains on its share
@@ -229,7 +239,8 @@ def train_deit_stack(make_model: Callable[[int], nn.Module], seeds: Sequence[int
         loss, acc = lv._stack_scores(stack, tensors["x_val"], tensors["y_val"])
         stack.train()
         scores = from_main({"val_loss": loss.tolist(), "val_acc": acc.tolist()})
-        best.update(stack, torch.tensor(scores["val_loss"], device=loss.device), r + 1)
+        best.update(stack, torch.tensor(scores["val_loss"], dtype=loss.dtype,
+                                        device=loss.device), r + 1)
         done = patience is not None and bool((best.waited(r + 1) >= patience).all())
         return {**scores, "train_loss": train.tolist(), "stop": done}
 

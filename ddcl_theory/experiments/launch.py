@@ -18,17 +18,22 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
 from ddcl_theory.experiments.registry import entries
+from ddcl_theory.runtime import profile
 from ddcl_theory.runtime.data_parallel import is_main, world
 
 __all__ = ["DATA_PARALLEL", "main"]
 
 #: Registry entries whose training steps split each batch across the ranks.
 DATA_PARALLEL = ("laplacian_lm.run",)
+#: How long a rank waits at a collective: rank 0 measures alone between rounds (minutes of a
+#: language model's evaluation) while the others wait.
+COLLECTIVE_TIMEOUT = timedelta(hours=1)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     backend = args.backend or ("nccl" if torch.cuda.is_available() else "gloo")
     if torch.cuda.is_available():
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-    dist.init_process_group(backend)
+    profile.configure_torch()               # as a chapter does: the device check, TF32 on CUDA
+    dist.init_process_group(backend, timeout=COLLECTIVE_TIMEOUT)
     try:
         entry = next(e for e in entries() if e.name == args.name)
         settings = entry.make_settings()

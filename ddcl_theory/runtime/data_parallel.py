@@ -12,7 +12,7 @@ best state so far) is decided alike everywhere. Only rank 0 writes run directori
 Without an initialised process group, or with a group of one, every helper is the identity,
 so a training function that calls them runs unchanged in one process.
 
-    torchrun --nproc_per_node=8 -m ddcl_theory.runtime.launch laplacian_lm.run
+    torchrun --nproc_per_node=8 -m ddcl_theory.experiments.launch laplacian_lm.run
 """
 from __future__ import annotations
 
@@ -88,10 +88,13 @@ def from_main(obj: T) -> T:
 
 
 def mean_over_ranks(t: Tensor) -> Tensor:
-    """The mean of ``t`` over the ranks (an all-reduce of a copy); ``t`` with a single rank."""
+    """The mean of ``t`` over the ranks (an all-reduce of a copy, on this rank's GPU under
+    NCCL, which reduces CUDA tensors only), on ``t``'s device; ``t`` with a single rank."""
     size = world()[1]
     if size == 1:
         return t
     out = t.detach().clone()
+    if dist.get_backend() == "nccl" and out.device.type != "cuda":
+        out = out.to(torch.device("cuda", torch.cuda.current_device()))
     dist.all_reduce(out)
-    return out / size
+    return (out / size).to(t.device)

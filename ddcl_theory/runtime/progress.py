@@ -16,6 +16,11 @@ T = TypeVar("T")
 
 
 def enabled() -> bool:
+    """On when ``DDCL_PROGRESS`` says so, else in the profiles that keep runs; never on ranks
+    other than 0 of a data-parallel run (one bar, not one a rank)."""
+    from ddcl_theory.runtime.data_parallel import is_main
+    if not is_main():
+        return False
     flag = os.environ.get("DDCL_PROGRESS")
     if flag is not None:
         return flag.strip() not in ("", "0", "false", "no")
