@@ -268,6 +268,28 @@ def test_describe_committed_shows_word_interval_scale_and_trend(tmp_path):
     assert "No reference run" in describe_committed("other", tmp_path)
 
 
+def test_describe_committed_names_the_tests_that_clear_the_margin_but_not_the_sesoi(tmp_path):
+    import json
+    from ddcl_theory.ledger.reference import describe_committed
+
+    def test(name, side, interval, word):
+        return {"statistic": name, "side": side, "margin": 0.0,
+                "sesoi": 0.05 if side == ">" else -0.05, "interval": interval, "word": word}
+    (tmp_path / "verdicts").mkdir()
+    (tmp_path / "verdicts" / "demo.json").write_text(json.dumps([{
+        "id": "D99", "verdict": "reproduced", "evidence": "two tests", "decision": {
+            "tests": [test("gain a", ">", [0.06, 0.09], "reproduced"),
+                      test("gain b", ">", [0.005, 0.063], "reproduced"),
+                      test("drop c", "<", [-0.2, -0.01], "reproduced"),
+                      test("drop d", "<", [-0.2, -0.06], "reproduced"),
+                      test("gain e", ">", [-0.01, 0.03], "inconclusive")]}}]))
+    flat = " ".join(describe_committed("demo", tmp_path).split())
+    assert ("short of the SESOI: gain b: [+0.005, +0.063] clears the margin 0 but not the "
+            "SESOI +0.05" in flat)
+    assert "short of the SESOI: drop c: [-0.2, -0.01]" in flat
+    assert flat.count("short of the SESOI") == 2
+
+
 def test_a_chapters_digests_cover_its_decision_but_not_the_ledger_page_code():
     from ddcl_theory.runtime.paths import repo_root
     mods = reference.chapter_modules(repo_root() / "notebooks" / "peer_readouts.md")

@@ -281,8 +281,9 @@ def committed(chapter: str, folder: Path | None = None) -> dict | None:
 def describe_committed(chapter: str, folder: Path | None = None, width: int = 88) -> str:
     """The committed reference verdicts of ``chapter`` as text for its page, beside the live
     cpu run: per claim the word, its evidence, n, the 95% interval, the scale it was decided at
-    and the trend (no machine facts: its time and host stay in the provenance file). A sentence
-    when none is committed."""
+    and the trend, and each test whose interval clears the margin but not the SESOI (its word
+    ``reproduced``: the effect is shown, that it is as large as the SESOI is not); no machine
+    facts (its time and host stay in the provenance file). A sentence when none is committed."""
     import textwrap
     entry = committed(chapter, folder)
     if entry is None:
@@ -309,7 +310,23 @@ def describe_committed(chapter: str, folder: Path | None = None, width: int = 88
         if decision.get("trend"):
             lines.append(textwrap.fill(f"trend: {decision['trend']}", width,
                                        initial_indent="  ", subsequent_indent="    "))
+        for test in decision.get("tests") or []:
+            if _short_of_sesoi(test):
+                low, high = test["interval"]
+                lines.append(textwrap.fill(
+                    f"short of the SESOI: {test['statistic']}: [{low:+.3g}, {high:+.3g}] clears "
+                    f"the margin {test['margin']:g} but not the SESOI {test['sesoi']:+.3g}; the "
+                    "effect is shown, that it is as large as the SESOI is not", width,
+                    initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False))
     return "\n".join(lines)
+
+
+def _short_of_sesoi(test: dict) -> bool:
+    """Whether a committed test is ``reproduced`` with an interval not wholly beyond its SESOI."""
+    if test.get("word") != "reproduced":
+        return False
+    low, high = test["interval"]
+    return low < test["sesoi"] if test["side"] == ">" else high > test["sesoi"]
 
 
 def stale(folder: Path | None = None, root: Path | None = None) -> list[str]:
