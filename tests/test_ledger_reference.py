@@ -283,9 +283,17 @@ def test_describe_committed_names_the_tests_that_clear_the_margin_but_not_the_se
                       test("drop c", "<", [-0.2, -0.01], "reproduced"),
                       test("drop d", "<", [-0.2, -0.06], "reproduced"),
                       test("gain e", ">", [-0.01, 0.03], "inconclusive")]}}]))
+    (tmp_path / "seeds").mkdir()
+    (tmp_path / "seeds" / "D99.json").write_text(json.dumps(
+        {"gain b": [0.19, 0.0, -0.01, 0.02, 0.02]}))
     flat = " ".join(describe_committed("demo", tmp_path).split())
     assert ("short of the SESOI: gain b: [+0.005, +0.063] clears the margin 0 but not the "
             "SESOI +0.05" in flat)
+    # its seeds: two on the margin or below it, the median, the mean without the best seed
+    assert ("per seed: 2 of 5 on the margin or on its other side, median +0.02, mean +0.044, "
+            "+0.0075 without its most favourable seed" in flat)
+    assert "drop c: [-0.2, -0.01] clears the margin 0 but not the SESOI -0.05; the effect is "\
+           "shown, that it is as large as the SESOI is not " in flat + " "
     assert "short of the SESOI: drop c: [-0.2, -0.01]" in flat
     assert flat.count("short of the SESOI") == 2
 
@@ -404,3 +412,12 @@ def test_grown_coverage_is_not_vouched_for_a_dirty_run_or_an_untracked_module(tm
     _git(tmp_path, "commit", "-qm", "design tracked now")
     folder = provenance(dirty=True)
     assert "not tied to a clean commit" in reference.extend_digests(folder, tmp_path)[0]
+
+
+def test_seed_spread_reads_either_side_of_the_margin():
+    from ddcl_theory.ledger.reference import seed_spread
+    assert seed_spread([-0.3, -0.1, 0.05], "<", 0.0) == (
+        "per seed: 1 of 3 on the margin or on its other side, median -0.1, mean -0.117, "
+        "-0.025 without its most favourable seed")
+    with pytest.raises(ValueError, match="side, values"):
+        seed_spread([0.1], ">", 0.0)

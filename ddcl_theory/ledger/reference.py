@@ -25,7 +25,10 @@ import platform
 import re
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+
+import numpy as np
 
 from ddcl_theory.runtime.io import write_json
 from ddcl_theory.runtime.paths import repo_root, results_dir
@@ -285,6 +288,7 @@ def describe_committed(chapter: str, folder: Path | None = None, width: int = 88
     ``reproduced``: the effect is shown, that it is as large as the SESOI is not); no machine
     facts (its time and host stay in the provenance file). A sentence when none is committed."""
     import textwrap
+    seeds_folder = (Path(folder) if folder is not None else reference_dir()) / "seeds"
     entry = committed(chapter, folder)
     if entry is None:
         return textwrap.fill(f"No reference run of this chapter is committed yet (make "
@@ -313,12 +317,44 @@ def describe_committed(chapter: str, folder: Path | None = None, width: int = 88
         for test in decision.get("tests") or []:
             if _short_of_sesoi(test):
                 low, high = test["interval"]
-                lines.append(textwrap.fill(
-                    f"short of the SESOI: {test['statistic']}: [{low:+.3g}, {high:+.3g}] clears "
-                    f"the margin {test['margin']:g} but not the SESOI {test['sesoi']:+.3g}; the "
-                    "effect is shown, that it is as large as the SESOI is not", width,
-                    initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False))
+                text = (f"short of the SESOI: {test['statistic']}: [{low:+.3g}, {high:+.3g}] "
+                        f"clears the margin {test['margin']:g} but not the SESOI "
+                        f"{test['sesoi']:+.3g}; the effect is shown, that it is as large as "
+                        "the SESOI is not")
+                values = _seed_values(seeds_folder / f"{row['id']}.json", test["statistic"])
+                if values is not None:
+                    text += "; " + seed_spread(values, test["side"], test["margin"])
+                lines.append(textwrap.fill(text, width, initial_indent="  ",
+                                           subsequent_indent="    ", break_on_hyphens=False))
     return "\n".join(lines)
+
+
+def _seed_values(path: Path, statistic: str) -> list[float] | None:
+    """The committed per-seed values of ``statistic`` in the seeds file ``path`` (None when
+    the file or the statistic is not there)."""
+    if not path.is_file():
+        return None
+    values = json.loads(path.read_text(encoding="utf-8")).get(statistic)
+    if not isinstance(values, list) or not values or not all(
+            isinstance(v, (int, float)) for v in values):
+        return None
+    return [float(v) for v in values]
+
+
+def seed_spread(values: Sequence[float], side: str, margin: float) -> str:
+    """How a mean that clears ``margin`` on ``side`` ('>' or '<') rests on its seeds: how many
+    lie on the other side of the margin, the median, and the mean without the seed that helps
+    it most."""
+    if side not in (">", "<") or len(values) < 2:
+        raise ValueError(f"side, values: expected '>' or '<' and two or more values, got "
+                         f"{side!r} and {len(values)}")
+    x = np.asarray(values, dtype=float)
+    against = int((x <= margin).sum() if side == ">" else (x >= margin).sum())
+    best = int(np.argmax(x) if side == ">" else np.argmin(x))
+    rest = float(np.delete(x, best).mean())
+    return (f"per seed: {against} of {len(x)} on the margin or on its other side, median "
+            f"{float(np.median(x)):+.3g}, mean {float(x.mean()):+.3g}, {rest:+.3g} without its "
+            "most favourable seed")
 
 
 def _short_of_sesoi(test: dict) -> bool:
