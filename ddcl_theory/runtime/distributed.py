@@ -40,6 +40,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from ddcl_theory.runtime.data_parallel import unwrap as _unwrap
+
 __all__ = ["require_initialised", "temperatures", "sync_temperature_steps",
            "broadcast_module", "init_prototypes_distributed", "replica_max_difference"]
 
@@ -52,8 +54,6 @@ def require_initialised() -> None:
                            "environment for it)")
 
 
-def _unwrap(module: nn.Module) -> nn.Module:
-    return module.module if isinstance(module, nn.parallel.DistributedDataParallel) else module
 
 
 def temperatures(module: nn.Module) -> list[nn.Module]:
