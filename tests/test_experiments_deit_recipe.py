@@ -144,6 +144,24 @@ def test_cifar100_splits_into_fit_pool_validation_and_test_pool(monkeypatch):
         dr.paper_study_images(10, 21)
 
 
+def test_only_the_smoke_run_stands_the_cifar10_subset_in_for_a_missing_cifar100(monkeypatch,
+                                                                               capsys):
+    def missing():
+        raise FileNotFoundError("CIFAR-100 is in no data directory")
+
+    monkeypatch.setattr(paper, "load_cifar100", missing)
+    monkeypatch.setattr(lv, "load_study_images", lambda n_val, n_eval: synthetic_images())
+    monkeypatch.setenv(profile.PROFILE_ENV, "paper")
+    monkeypatch.setenv("DDCL_ALLOW_CPU", "1")
+    with pytest.raises(FileNotFoundError, match="CIFAR-100"):
+        dr.paper_study_images(10, 15)
+    monkeypatch.setenv(profile.SMOKE_ENV, "1")
+    images = dr.paper_study_images(10, 15)
+    assert images.num_classes == 100 and "smoke stand-in for cifar100" in images.source
+    assert np.array_equal(images.y_fit, synthetic_images().y_fit)
+    assert "NOTICE" in capsys.readouterr().out
+
+
 def test_the_paper_recipe_is_vit_s_on_4x4_patches(monkeypatch):
     monkeypatch.setenv(profile.PROFILE_ENV, "paper")
     monkeypatch.setenv("DDCL_ALLOW_CPU", "1")

@@ -9,7 +9,9 @@ import math
 import numpy as np
 import pytest
 
+from ddcl_theory.experiments import deit_recipe as dr
 from ddcl_theory.experiments import laplacian_study as ls
+from ddcl_theory.ledger.decisions import laplacian_experiments as lx
 from ddcl_theory.runtime import profile
 from ddcl_theory.runtime.rundir import RunDir
 from ddcl_theory.ledger.claims import rule_of
@@ -102,6 +104,44 @@ def test_settings_validation():
         tiny_vit(patience=0)
 
 
+def test_the_deit_recipe_trains_each_unit_into_the_same_records():
+    s = tiny_vit(recipe="deit", lr=0.2, wide=ls.WidthSettings(dims=(16,), n_train=80,
+                                                              seeds=(0, 1)))
+    images = synthetic_images()
+    study = ls.run_vit(s, images)
+    parts = {(r.part, r.n_train, r.dim, r.setting) for r in study.runs}
+    assert parts == {(r.part, r.n_train, r.dim, r.setting) for r in ls.run_vit(
+        tiny_vit(), images).runs}
+    assert study.tokens == (8 // 4) ** 2 + 1                  # the patches and the CLS token
+    recipe = ls.deit_recipe_of(s, image_size=8)
+    assert (recipe.dim, recipe.depth, recipe.heads, recipe.patch, recipe.batch_size,
+            recipe.epochs, recipe.lr, recipe.patience) == (8, 1, 2, 4, 16, 8, 0.2, 2)
+    assert recipe.mixup_alpha > 0 and recipe.label_smoothing > 0        # the profile's own
+    # the dispatch hands each unit to the recipe's trainer with the study's budgets
+    assert study.by("1", n_train=40) == dr.deit_stack_runs(
+        recipe, images, "sweep", 40, 8, "1", s.seeds, "cpu", n_train_eval=30)
+    assert study.by("0", part="terminal") == dr.deit_stack_runs(
+        recipe, images, "terminal", 30, 8, "0", s.seeds, "cpu", n_train_eval=30, epochs=6)
+    assert all(r.patience is None and r.best_epoch == 6 for r in study.by("all", part="terminal"))
+    for decide in (lx.decide_l6, lx.decide_l7, lx.decide_l8):          # they read it
+        assert "under a DeiT-style recipe" in decide(study).evidence
+    with pytest.raises(ValueError, match=r"ViTStudySettings\.recipe"):
+        tiny_vit(recipe="deit3")
+
+
+def test_the_paper_profile_trains_vit_s_under_the_deit_recipe_on_cifar100(monkeypatch):
+    monkeypatch.setenv(profile.PROFILE_ENV, "paper")
+    monkeypatch.setenv("DDCL_ALLOW_CPU", "1")
+    s = ls.ViTStudySettings.from_profile()
+    assert s.recipe == "deit" and (s.dim, s.depth, s.heads, s.patch) == (384, 12, 6, 4)
+    assert ls.deit_recipe_of(s) == dr.DeiTRecipe.from_profile()   # the recipe's own ViT-S
+    assert s.wide.dims == (768,) and s.n_train[-1] == 50_000 - s.n_val   # all of CIFAR-100
+    assert s.n_test == 10_000                                  # CIFAR-100's test images
+    seen = []
+    monkeypatch.setattr(dr, "paper_study_images", lambda *a: seen.append(a) or "cifar100")
+    assert ls.study_images(s) == "cifar100" and seen == [(s.n_val, s.n_test)]
+
+
 def test_the_reference_profile_scales_the_images_and_uses_confirmatory_seeds(monkeypatch):
     monkeypatch.setenv(profile.PROFILE_ENV, "cpu")
     assert ls.ViTStudySettings.from_profile() == ls.ViTStudySettings()
@@ -132,9 +172,9 @@ def test_a_worker_without_images_loads_the_study_images_once(monkeypatch, vit_st
         return synthetic_images()
 
     monkeypatch.setattr(ls.lv, "load_study_images", load)
-    ls._study_images.cache_clear()
+    ls._worker_images.cache_clear()
     s = tiny_vit()
     runs = [ls._stack_unit(s, None, "sweep", 40, 8, h, s.seeds, "cpu") for h in ("0", "all")]
-    ls._study_images.cache_clear()
+    ls._worker_images.cache_clear()
     assert loads == [(48, 60)]
     assert runs[0] + runs[1] == vit_study.by("0", n_train=40) + vit_study.by("all", n_train=40)

@@ -13,13 +13,14 @@ order, crops, flips and mixing from its own generator, and is read at its lowest
 (plain cross-entropy on the unaugmented validation split), as the head-count study's
 :func:`~ddcl_theory.experiments.laplacian_vit.train_vit_stack` reads its runs.
 :func:`deit_stack_runs` measures each seed with the study's
-:func:`~ddcl_theory.experiments.laplacian_study.measure_vit` (the streams hold the CLS token
-first) into :class:`~ddcl_theory.experiments.laplacian_study.ViTRun` records, the records the
+:func:`~ddcl_theory.experiments.vit_runs.measure_vit` (the streams hold the CLS token
+first) into :class:`~ddcl_theory.experiments.vit_runs.ViTRun` records, the records the
 L6-L8 decisions read. :func:`paper_study_images` gives the images: CIFAR-100's training set less
 a validation split from its end, and its 10,000 test images as the evaluation pool.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -32,9 +33,10 @@ from ddcl_theory.data import augment
 from ddcl_theory.experiments import laplacian_vit as lv
 from ddcl_theory.experiments.laplacian_common import laplacian_count
 from ddcl_theory.experiments.optim_groups import decay_groups
-from ddcl_theory.experiments.laplacian_study import ViTRun, measure_vit
+from ddcl_theory.experiments.vit_runs import ViTRun, measure_vit
 from ddcl_theory.metrics import geometry as metrics
 from ddcl_theory.models.hf_vit import HFViT, draw_drop_scale, drop_path_rates
+from ddcl_theory.runtime import profile
 from ddcl_theory.runtime.data_parallel import (data_parallel, from_main, mean_over_ranks, shard,
                                                world)
 from ddcl_theory.runtime.rundir import RunDir
@@ -109,7 +111,12 @@ def paper_study_images(n_val: int, n_eval: int) -> lv.StudyImages:
     training images less the last ``n_val`` (the fit pool), those ``n_val`` (validation), and
     the first ``n_eval`` test images (the evaluation pool, never trained on)."""
     from ddcl_theory.data import paper
-    d = paper.load_cifar100()
+    try:
+        d = paper.load_cifar100()
+    except FileNotFoundError as err:
+        if not profile.current().smoke:
+            raise
+        return _smoke_standin(n_val, n_eval, err)
     if not 0 < n_val < len(d.y_train):
         raise ValueError(f"n_val: expected 0 < n_val < {len(d.y_train)}, got {n_val!r}")
     if not 0 < n_eval <= len(d.y_test):
@@ -119,6 +126,16 @@ def paper_study_images(n_val: int, n_eval: int) -> lv.StudyImages:
     cut = len(d.y_train) - n_val
     return lv.StudyImages(x_train[:cut], d.y_train[:cut], x_train[cut:], d.y_train[cut:],
                           x_test[:n_eval], d.y_test[:n_eval], d.source, len(d.label_names))
+
+
+def _smoke_standin(n_val: int, n_eval: int, err: Exception) -> lv.StudyImages:
+    """The smoke run's stand-in where CIFAR-100 is not fetched: the CIFAR-10 subset and its
+    evaluation pool under CIFAR-100's 100 classes (the paper's shapes; labels 0-9)."""
+    print(f"NOTICE: {err}\nNOTICE: the smoke run reads the CIFAR-10 subset under CIFAR-100's "
+          "100 classes in its place")
+    images = lv.load_study_images(n_val, n_eval)
+    return dataclasses.replace(images, source=f"{images.source} (smoke stand-in for cifar100)",
+                               num_classes=100)
 
 
 def study_pixels(images: lv.StudyImages, n_train: int) -> dict[str, torch.Tensor]:
@@ -227,8 +244,9 @@ def train_deit_stack(make_model: Callable[[int], nn.Module], seeds: Sequence[int
             idx = idx[:len(idx) - len(idx) % ranks]
             images, targets = augmented_batch(recipe, x[idx], y[idx], num_classes, gen)
             drop = draw_drop_scale(rates, len(idx), gen).to(device)
-            # every rank draws the whole batch (the same generators), then trains on its share
-            yield shard(images), shard(targets), shard(drop)
+            # every rank draws the whole batch (the same generators), then trains on its share;
+            # the indices ride along so that the FLOP counter counts images, not seeds
+            yield shard(images), shard(targets), shard(drop), shard(idx)
 
     def end_of_round(r: int) -> dict:
         train = mean_over_ranks(per_seed.curves()[-steps_per_epoch:].double().mean(0))
@@ -287,7 +305,7 @@ def deit_stack_runs(recipe: DeiTRecipe, images: lv.StudyImages, part: str, n_tra
     """The runs of one (part, image count, width, head setting) of the head-count study under
     the recipe: the seeds trained together (:func:`train_deit_stack`; the ``"terminal"`` part
     without early stopping, for ``epochs``), each measured by
-    :func:`~ddcl_theory.experiments.laplacian_study.measure_vit` on the evaluation pool and on
+    :func:`~ddcl_theory.experiments.vit_runs.measure_vit` on the evaluation pool and on
     its first ``n_train_eval`` training images (the terminal part: all of them), its Neural
     Collapse fields read on the CLS token the classifier reads (:func:`cls_collapse`)."""
     if part not in ("sweep", "terminal", "wide"):

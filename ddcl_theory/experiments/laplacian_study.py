@@ -4,8 +4,10 @@ The study is a set of (head setting, seed) runs whose seeds are paired: seed s g
 setting the same initialisation (a Laplacian head has no parameter of its own, so the models of
 all settings draw the same weights) and the same batches.
 
-* **ViT** (L6, L7, L8): the ViT of :mod:`ddcl_theory.experiments.laplacian_vit` on CIFAR-10,
-  three parts, every run a separate one:
+* **ViT** (L6, L7, L8): the ViT of :mod:`ddcl_theory.experiments.laplacian_vit` on CIFAR-10
+  (the cpu and reference profiles), or ViT-S under a DeiT-style recipe on CIFAR-100
+  (:mod:`ddcl_theory.experiments.deit_recipe`, the paper profile), three parts, every run a
+  separate one:
 
   - the *sweep*: every head setting at each training-image count of ``n_train`` (the scale
     axis), each run read at its validation optimum (early stopping on a validation split carved
@@ -33,9 +35,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 from threadpoolctl import threadpool_limits
 
+from ddcl_theory.experiments import deit_recipe
 from ddcl_theory.experiments import laplacian_vit as lv
 from ddcl_theory.experiments.laplacian_common import (
     HEAD_SETTINGS,
@@ -43,8 +45,7 @@ from ddcl_theory.experiments.laplacian_common import (
     bad_head_settings,
     laplacian_count,
 )
-from ddcl_theory.metrics import geometry as metrics
-from ddcl_theory.metrics.participation import participation_ratio
+from ddcl_theory.experiments.vit_runs import ViTRun, measure_vit
 from ddcl_theory.models.vit import ViT
 from ddcl_theory.runtime import profile
 from ddcl_theory.runtime.rundir import RunDir
@@ -99,9 +100,9 @@ class WidthSettings(Settings):
     images (one of the sweep's counts, whose runs give the narrow point), read at the
     validation optimum like the sweep, on ``seeds``."""
 
-    dims: tuple[int, ...] = setting((64,), reference=(64, 128), paper=(384,), ge=1,
+    dims: tuple[int, ...] = setting((64,), reference=(64, 128), paper=(768,), ge=1,
                                     nonempty=True)
-    n_train: int = setting(400, reference=3000, paper=1000, smoke=16, ge=1)
+    n_train: int = setting(400, reference=3000, paper=10_000, smoke=16, ge=1)
     seeds: tuple[int, ...] = setting((0, 1, 2), reference=confirmatory_seeds(WIDE_SEEDS,
                                                                              run=WIDE_RUN),
                                      paper=(0, 1, 2, 3, 4), smoke=(0,), ge=0, nonempty=True)
@@ -124,27 +125,37 @@ class ViTStudySettings(Settings):
     ``epochs``: the cosine schedule's length (the cap); ``patience``: epochs without a new lowest
     validation loss after which a seed is done (the stack stops when every seed is).
 
+    ``recipe``: ``plain``, the package's mean-pooled ViT on the CIFAR-10 subset under AdamW and
+    a cosine schedule (:func:`train_vit_stack_runs`); ``deit``, transformers' ViT with a CLS
+    token on CIFAR-100 under the DeiT-style recipe of
+    :class:`~ddcl_theory.experiments.deit_recipe.DeiTRecipe` (warm-up, label smoothing,
+    mixup/cutmix, crops and flips, stochastic depth), whose shapes and budget are this object's
+    (:func:`deit_recipe_of`).
+
     cpu: a small sweep (200, 400 and 800 images, 3 seeds) that CI replays; reference: 1,000,
     3,000 and 9,000 images on 22 confirmatory seeds (the terminal runs on 20, the wide runs at
     widths 64 and 128 on 16 seeds of L8's second confirmatory run: the rules' seeds), the stacks
-    spread over two processes; paper: the paper-profile ViT (width 192, 6 layers, 4x4 patches)
-    on the same counts."""
+    spread over two processes; paper: ViT-S (width 384, 12 blocks, 6 heads, 4x4 patches) under
+    the DeiT recipe for 400 epochs at 10,000, 25,000 and 49,000 CIFAR-100 images, its wide twin
+    at width 768, the evaluation pool CIFAR-100's 10,000 test images."""
+
+    recipe: str = setting("plain", paper="deit", choices=("plain", "deit"))
 
     n_train: tuple[int, ...] = setting((200, 400, 800), reference=(1000, 3000, 9000),
-                                       paper=(1000, 3000, 9000), smoke=(16,), ge=1,
+                                       paper=(10_000, 25_000, 49_000), smoke=(16,), ge=1,
                                        nonempty=True)
     n_val: int = setting(250, reference=1000, paper=1000, smoke=16, ge=1)
     n_test: int = setting(2000, reference=10_000, paper=10_000, smoke=20, ge=10)
     n_train_eval: int = setting(250, reference=1000, paper=1000, smoke=16, ge=1)
     patch: int = setting(8, paper=4, ge=1)
-    dim: int = setting(32, paper=192, ge=1)
-    depth: int = setting(2, paper=6, ge=1)
+    dim: int = setting(32, paper=384, ge=1)
+    depth: int = setting(2, paper=12, ge=1)
     heads: int = setting(4, paper=6, ge=1)
     mlp_ratio: int = setting(2, paper=4, ge=1)
-    batch_size: int = setting(128, ge=1)
-    epochs: int = setting(25, reference=30, paper=100, smoke=1, ge=1)
-    patience: int = setting(3, reference=5, paper=10, ge=1)
-    lr: float = setting(3e-3, paper=1e-3, gt=0)
+    batch_size: int = setting(128, paper=512, ge=1)
+    epochs: int = setting(25, reference=30, paper=400, smoke=1, ge=1)
+    patience: int = setting(3, reference=5, paper=40, ge=1)
+    lr: float = setting(3e-3, paper=5e-4, gt=0)
     weight_decay: float = setting(0.0, paper=0.05, ge=0)
     head_settings: tuple[str, ...] = setting(HEAD_SETTINGS, smoke=SMOKE_HEAD_SETTINGS,
                                              nonempty=True)
@@ -187,107 +198,6 @@ class ViTStudySettings(Settings):
     def scales(self) -> tuple[str, ...]:
         """Labels of the sweep's image counts, e.g. ``"3000 images"``."""
         return tuple(f"{n} images" for n in self.n_train)
-
-
-@dataclass(frozen=True)
-class ViTRun:
-    """One trained ViT of the study, read at its validation optimum (``best_epoch``; the
-    terminal runs at their last epoch) and measured on the evaluation pool (tokens of every
-    image, ANOVA per token) and on training images. ``train_loss``: the mean training loss of
-    every epoch run; ``val_loss``, ``val_acc``: after every epoch (the terminal runs: after the
-    last only).
-
-    ``stream[l]``: the absolute ANOVA split of the residual stream after block ``l + 1``
-    (before any LayerNorm); ``final``: after the final LayerNorm, the tokens whose mean the
-    classifier reads. NC1 of the pool, ``k99`` and ``pr`` (participation ratio) are of the
-    final tokens; ``k99_stream``, ``pr_stream`` of the last block's output before it.
-    ``correct``: the pool's per-image correctness, packed bits (:attr:`correct_items`).
-    """
-
-    part: str
-    n_train: int
-    dim: int
-    setting: str
-    laplacian_heads: int
-    seed: int
-    val_loss: tuple[float, ...]
-    val_acc: tuple[float, ...]
-    train_loss: tuple[float, ...]
-    best_epoch: int
-    epochs: int
-    patience: int | None
-    eval_acc: float
-    train_acc: float
-    nc1_train: float
-    etf_gap_train: float
-    stream: tuple[metrics.AnovaSplit, ...]
-    final: metrics.AnovaSplit
-    nc1: float
-    k99: int
-    pr: float
-    k99_stream: int
-    pr_stream: float
-    correct: bytes
-    n_eval: int
-
-    @property
-    def epochs_run(self) -> int:
-        return len(self.train_loss)
-
-    @property
-    def past_optimum(self) -> bool:
-        """Stopped by early stopping: ``patience`` epochs without a new lowest validation loss
-        followed the optimum (not cut by the cap). False for runs without early stopping."""
-        return self.patience is not None and self.epochs_run - self.best_epoch >= self.patience
-
-    @property
-    def correct_items(self) -> np.ndarray:
-        """Per image of the evaluation pool, 1 where the prediction is right, (n_eval,)."""
-        return np.unpackbits(np.frombuffer(self.correct, dtype=np.uint8))[: self.n_eval]
-
-
-@torch.no_grad()
-def _forward_all(model: ViT, x: torch.Tensor, chunk: int = 1000
-                 ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
-    """Logits (N, C), the residual streams after each block [(N, T, d)] and the final
-    LayerNorm's tokens (N, T, d) of ``model`` on ``x`` (N, T, p), in chunks."""
-    logits, streams, final = [], [], []
-    for i in range(0, x.shape[0], chunk):
-        out, states = model(x[i:i + chunk], return_hidden=True)
-        logits.append(out)
-        streams.append(states[1:])
-        final.append(model.norm(states[-1]))
-    return (torch.cat(logits), [torch.cat(s) for s in zip(*streams)], torch.cat(final))
-
-
-def _numpy(t: torch.Tensor) -> np.ndarray:
-    return t.double().cpu().numpy()
-
-
-def measure_vit(model: ViT, x_eval: torch.Tensor, y_eval: torch.Tensor,
-                x_train: torch.Tensor, y_train: torch.Tensor) -> dict:
-    """The measurements of :class:`ViTRun` of one model (evaluation mode): on the pool
-    ``x_eval`` (N, T, p) accuracy, per-image correctness, the ANOVA splits, NC1, k99 and the
-    participation ratio; on training images ``x_train`` accuracy, NC1 and the ETF gap of the
-    final tokens' sequence means."""
-    logits, streams, final = _forward_all(model, x_eval)
-    labels = y_eval.cpu().numpy()
-    correct = (logits.argmax(-1) == y_eval).cpu().numpy()
-    split = [metrics.anova_split(_numpy(s), labels) for s in streams]
-    tokens = _numpy(final)
-    flat = tokens.reshape(-1, tokens.shape[-1])
-    stream_flat = _numpy(streams[-1]).reshape(-1, tokens.shape[-1])
-    tr_logits, _, tr_final = _forward_all(model, x_train)
-    collapse = metrics.neural_collapse(_numpy(tr_final.mean(1)), y_train.cpu().numpy())
-    return dict(
-        eval_acc=float(correct.mean()),
-        train_acc=float((tr_logits.argmax(-1) == y_train).float().mean()),
-        nc1_train=collapse.nc1, etf_gap_train=collapse.etf_gap,
-        stream=tuple(split), final=metrics.anova_split(tokens, labels),
-        nc1=metrics.neural_collapse(tokens.mean(axis=1), labels).nc1,
-        k99=metrics.k99(flat), pr=participation_ratio(flat),
-        k99_stream=metrics.k99(stream_flat), pr_stream=participation_ratio(stream_flat),
-        correct=np.packbits(correct.astype(np.uint8)).tobytes(), n_eval=int(len(labels)))
 
 
 def train_vit_stack_runs(settings: ViTStudySettings, images: lv.StudyImages, part: str,
@@ -368,29 +278,58 @@ class ViTStudy:
         return {s: laplacian_count(s, self.settings.heads) for s in self.settings.head_settings}
 
 
+def study_images(settings: ViTStudySettings) -> lv.StudyImages:
+    """The images of the study's ``recipe``: ``plain``, the CIFAR-10 subset and its evaluation
+    pool (:func:`~ddcl_theory.experiments.laplacian_vit.load_study_images`); ``deit``, CIFAR-100
+    (:func:`~ddcl_theory.experiments.deit_recipe.paper_study_images`)."""
+    if settings.recipe == "deit":
+        return deit_recipe.paper_study_images(settings.n_val, settings.n_test)
+    return lv.load_study_images(settings.n_val, settings.n_test)
+
+
+def deit_recipe_of(settings: ViTStudySettings, image_size: int = 32
+                   ) -> deit_recipe.DeiTRecipe:
+    """The :class:`~ddcl_theory.experiments.deit_recipe.DeiTRecipe` of ``recipe="deit"``: the
+    profile's augmentation, warm-up, label smoothing and stochastic depth, with the study's
+    shapes, batch, epochs, rate (the peak per 512 images), weight decay and patience."""
+    return deit_recipe.DeiTRecipe.from_profile(
+        image_size=image_size, patch=settings.patch, dim=settings.dim, depth=settings.depth,
+        heads=settings.heads, mlp_ratio=settings.mlp_ratio, batch_size=settings.batch_size,
+        epochs=settings.epochs, lr=settings.lr, weight_decay=settings.weight_decay, patience=settings.patience)
+
+
 @functools.lru_cache(maxsize=1)
-def _study_images(n_val: int, n_test: int) -> lv.StudyImages:
+def _worker_images(settings: ViTStudySettings) -> lv.StudyImages:
     """The study's images, loaded once per worker process."""
-    return lv.load_study_images(n_val, n_test)
+    return study_images(settings)
 
 
-def _stack_unit(settings: ViTStudySettings, images: lv.StudyImages | None, *args) -> list[ViTRun]:
-    """:func:`train_vit_stack_runs` under the settings' thread limit, in any process (``images``
-    None: the study's own, loaded here)."""
+def _stack_unit(settings: ViTStudySettings, images: lv.StudyImages | None, part: str,
+                n_train: int, dim: int, setting: str, seeds: Sequence[int], device: str,
+                ckpt: RunDir | None = None) -> list[ViTRun]:
+    """The runs of one unit under the study's recipe and thread limit, in any process
+    (``images`` None: the study's own, loaded here)."""
+    images = images or _worker_images(settings)
     with _threads(settings.threads):
-        return train_vit_stack_runs(settings, images or _study_images(settings.n_val,
-                                                                      settings.n_test), *args)
+        if settings.recipe == "deit":
+            epochs = settings.terminal.epochs if part == "terminal" else settings.epochs
+            recipe = deit_recipe_of(settings, images.x_fit.shape[1])
+            return deit_recipe.deit_stack_runs(
+                recipe, images, part, n_train, dim, setting, seeds, device,
+                n_train_eval=settings.n_train_eval, epochs=epochs, ckpt=ckpt)
+        return train_vit_stack_runs(settings, images, part, n_train, dim, setting, seeds,
+                                    device, ckpt)
 
 
 def run_vit(settings: ViTStudySettings | None = None,
             images: lv.StudyImages | None = None) -> ViTStudy:
     """Every run of the ViT study: the sweep (each image count, each head setting), the
-    terminal runs and the wide runs, the seeds of each stacked. ``images`` default:
-    :func:`~ddcl_theory.experiments.laplacian_vit.load_study_images`. Finished stacks are kept
+    terminal runs and the wide runs, the seeds of each stacked, under the settings' ``recipe``.
+    ``images`` default: :func:`study_images`. Finished stacks are kept
     in the run directory (reference and paper profiles) and a killed study resumes."""
     settings = settings or ViTStudySettings.from_profile()
     injected = images is not None
-    images = images or lv.load_study_images(settings.n_val, settings.n_test)
+    images = images or study_images(settings)
     device = profile.current().device
     ckpt = RunDir("laplacian_study_vit", settings)
     jobs = [("sweep", n, settings.dim, s, settings.seeds)
@@ -411,5 +350,5 @@ def run_vit(settings: ViTStudySettings | None = None,
                            desc="ViT stacks", costs=costs)
     runs = [run for stack in stacks for run in stack]
     ckpt.finish()
-    tokens = (images.x_fit.shape[1] // settings.patch) ** 2
+    tokens = (images.x_fit.shape[1] // settings.patch) ** 2 + (settings.recipe == "deit")
     return ViTStudy(settings, runs, images.source, images.num_classes, tokens)

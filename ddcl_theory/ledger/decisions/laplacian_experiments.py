@@ -168,6 +168,9 @@ def _gate_text(gates: Sequence[Gate]) -> str:
 
 def _model(study) -> str:
     st = study.settings
+    if st.recipe == "deit":
+        return (f"ViT with a CLS token (d={st.dim}, {st.depth} blocks, {st.heads} heads) under "
+                "a DeiT-style recipe")
     return f"ViT (d={st.dim}, {st.depth} layers, {st.heads} heads)"
 
 
@@ -354,7 +357,7 @@ def _l8_size(t: TestResult) -> str:
         text = (" The interval lies below 0 and beyond the SESOI: the drop is at least the "
                 "size that matters." if t.reaches_sesoi else
                 f" The interval lies below 0 but holds the SESOI ({100 * t.sesoi:+.1f}%): a "
-                "drop is shown, whether it is as large as the SESOI is not.")
+                "drop is shown, and it may be smaller than the smallest drop that matters.")
     else:
         text = ""
     if paper < low:
