@@ -100,6 +100,7 @@ def test_settings_validation():
             tiny_vit(wide=ls.WidthSettings(dims=dims, n_train=80, seeds=(0,)))
     with pytest.raises(ValueError, match=r"ViTStudySettings\.n_test: expected a multiple"):
         tiny_vit(n_test=55)
+    assert tiny_vit(n_test=55, recipe="deit").n_test == 55       # CIFAR-100's first test images
     with pytest.raises(ValueError, match=r"ViTStudySettings\.patience: expected >= 1"):
         tiny_vit(patience=0)
 

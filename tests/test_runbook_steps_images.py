@@ -162,7 +162,7 @@ SMOKE_EXAMPLES = {
     "eps_ablation.run": {"JointModel": 12000},
     "learned_attention.run[causal=True]": {"_OneLayer": 12 * 16 * 128},
     "learned_attention.run[causal=False]": {"_OneLayer": 12 * 16 * 128},
-    "laplacian_study.run_vit": {"StackedModels": 112},
+    "laplacian_study.run_vit": {"StackedModels": 60},
     "dense_features.run": {"Linear": 164960, "SegmentationViT": 8192, "SelfDistillation": 256},
     "soft_vq.run": {"VQVAE": 2000},
     "laplacian_readout.run": {"ViTDDCL": 128},
