@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
 from ddcl_theory.ledger import claims, reference, rules
 
@@ -63,6 +64,7 @@ def test_provenance_carries_commit_digests_versions_machine_and_time(tmp_path):
     prov = json.loads((folder / "provenance" / "chap.json").read_text())
     assert prov["chapter"] == "chap" and prov["git_commit"] == "abc" and prov["seconds"] == 12.3
     assert prov["torch"] == "2.x" and prov["machine"]["machine"] and prov["machine"]["cpus"] >= 1
+    assert prov["machine"]["kernels"] == torch.backends.cpu.get_cpu_capability()
     assert set(prov["digests"]) >= {"chapter", "ddcl_theory.experiments.foo",
                                     "ddcl_theory.layers.bar"}
     assert all(re.fullmatch(r"[0-9a-f]{16}", d) for d in prov["digests"].values())
@@ -197,6 +199,7 @@ def test_summary_rows_and_markdown(tmp_path):
     [row] = reference.summary(folder, tmp_path)
     assert (row["chapter"], row["claims"], row["commit"], row["seconds"], row["stale"]) == (
         "chap", "D13", "abc", 12.3, False)
+    assert row["machine"].endswith(f" CPUs, {torch.backends.cpu.get_cpu_capability()}")
     text = reference.summary_markdown([row])
     assert "| chap | D13 | `abc` | – | 0.2 | 2.x |" in text and "| yes |" in text
     text = reference.summary_markdown([dict(row, cpu_seconds=90.0)])

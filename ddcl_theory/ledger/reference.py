@@ -238,7 +238,10 @@ def chapter_provenance(source: Path, record: dict, seconds: float,
         "settings": settings,
         "rules": rules_digests(row["id"] for row in verdicts),
         "machine": {"system": platform.system(), "machine": platform.machine(),
-                    "processor": platform.processor() or None, "cpus": os.cpu_count()},
+                    "processor": platform.processor() or None, "cpus": os.cpu_count(),
+                    # the kernel set torch dispatched to: runs on AVX2 and AVX-512 hosts round
+                    # differently, so per-seed values may move in the last digits between them
+                    "kernels": _cpu_capability()},
         "seconds": round(float(seconds), 1),
         "digests": source_digests(source, root),
     }
@@ -454,6 +457,15 @@ def extend_digests(folder: Path | None = None, root: Path | None = None) -> list
     return lines
 
 
+def _cpu_capability() -> str | None:
+    """torch's CPU kernel set (``AVX512``, ``AVX2``, ``DEFAULT``), None where it cannot say."""
+    import torch
+    try:
+        return torch.backends.cpu.get_cpu_capability()
+    except (AttributeError, RuntimeError):
+        return None
+
+
 def summary(folder: Path | None = None, root: Path | None = None) -> list[dict]:
     """One row per reference chapter for the ledger page: chapter, claims settled, commit
     (12 digits), seconds, torch and numpy versions, machine, and whether it is stale."""
@@ -473,8 +485,9 @@ def summary(folder: Path | None = None, root: Path | None = None) -> list[dict]:
             "cpu_seconds": _total(prov.get("cpu_seconds"), earlier.get("cpu_seconds")),
             "torch": prov.get("torch"),
             "numpy": prov.get("numpy"),
-            "machine": (f"{machine.get('machine')}, {machine['cpus']} CPUs"
-                        if machine.get("cpus") else machine.get("machine")),
+            "machine": ", ".join(str(v) for v in (
+                machine.get("machine"), machine.get("cpus") and f"{machine['cpus']} CPUs",
+                machine.get("kernels")) if v),
             "stale": chapter in stale_chapters,
         })
     return rows
