@@ -106,8 +106,10 @@ def test_settings_validation():
 
 
 def test_the_deit_recipe_trains_each_unit_into_the_same_records():
-    s = tiny_vit(recipe="deit", lr=0.2, wide=ls.WidthSettings(dims=(16,), n_train=80,
-                                                              seeds=(0, 1)))
+    # each part on seeds of its own, so that a dispatch handing over the wrong ones fails
+    s = tiny_vit(recipe="deit", lr=0.2,
+                 terminal=ls.TerminalSettings(n_train=30, epochs=6, seeds=(1, 2)),
+                 wide=ls.WidthSettings(dims=(16,), n_train=80, seeds=(2, 3)))
     images = synthetic_images()
     study = ls.run_vit(s, images)
     parts = {(r.part, r.n_train, r.dim, r.setting) for r in study.runs}
@@ -122,7 +124,10 @@ def test_the_deit_recipe_trains_each_unit_into_the_same_records():
     assert study.by("1", n_train=40) == dr.deit_stack_runs(
         recipe, images, "sweep", 40, 8, "1", s.seeds, "cpu", n_train_eval=30)
     assert study.by("0", part="terminal") == dr.deit_stack_runs(
-        recipe, images, "terminal", 30, 8, "0", s.seeds, "cpu", n_train_eval=30, epochs=6)
+        recipe, images, "terminal", 30, 8, "0", (1, 2), "cpu", n_train_eval=30, epochs=6)
+    # the wide twin's measurements (k99, the streams) come from a model of width 16
+    assert study.by("0", part="wide") == dr.deit_stack_runs(
+        recipe, images, "wide", 80, 16, "0", (2, 3), "cpu", n_train_eval=30)
     assert all(r.patience is None and r.best_epoch == 6 for r in study.by("all", part="terminal"))
     for decide in (lx.decide_l6, lx.decide_l7, lx.decide_l8):          # they read it
         assert "under a DeiT-style recipe" in decide(study).evidence
