@@ -100,6 +100,39 @@ def test_runs_are_read_at_their_optimum_into_the_studys_records():
         dr.deit_stack_runs(recipe, images, "long", 30, 8, "0", (0,), "cpu", n_train_eval=30)
 
 
+def test_the_fitting_recipe_trains_on_the_images_and_labels_as_they_are():
+    recipe = tiny(depth=3, drop_path=0.3, crop_pad=2)
+    fit = recipe.fitting()
+    x, y = torch.randn(6, 3, 8, 8), torch.arange(6)
+    images, targets = dr.augmented_batch(fit, x, y, 10, torch.Generator().manual_seed(0))
+    assert torch.equal(images, x)
+    assert torch.equal(targets, torch.nn.functional.one_hot(y, 10).float())
+    assert fit.model(10, 0).drop_path == [0.0, 0.0, 0.0]
+    # the same model, optimiser and schedule
+    regularisers = ("crop_pad", "flip", "label_smoothing", "mix_prob", "drop_path")
+    assert fit.replace(**{k: getattr(recipe, k) for k in regularisers}) == recipe
+    # the recipe itself augments
+    changed, soft = dr.augmented_batch(recipe, x, y, 10, torch.Generator().manual_seed(0))
+    assert not torch.equal(changed, x) and not torch.equal(soft, targets)
+
+
+def test_only_the_terminal_part_trains_under_the_fitting_recipe(monkeypatch):
+    recipe = tiny()
+    seen = {}
+    real = dr.train_deit_stack
+
+    def spy(make, seeds, used, *args, name, **kwargs):
+        seen[name.split(",")[0]] = used
+        return real(make, seeds, used, *args, name=name, **kwargs)
+
+    monkeypatch.setattr(dr, "train_deit_stack", spy)
+    images = synthetic_images()
+    for part in ("sweep", "terminal", "wide"):
+        dr.deit_stack_runs(recipe, images, part, 30, 8, "0", (0,), "cpu", n_train_eval=30,
+                           epochs=2)
+    assert seen == {"sweep": recipe, "terminal": recipe.fitting(), "wide": recipe}
+
+
 def test_neural_collapse_is_read_on_the_cls_token_the_classifier_reads():
     from ddcl_theory.metrics import geometry
     torch.manual_seed(0)

@@ -101,6 +101,33 @@ def test_settings_validation():
     with pytest.raises(ValueError, match=r"ViTStudySettings\.n_test: expected a multiple"):
         tiny_vit(n_test=55)
     assert tiny_vit(n_test=55, recipe="deit").n_test == 55       # CIFAR-100's first test images
+
+
+def test_the_deit_settings_fit_cifar100_and_the_recipes_warmup():
+    deit = dict(recipe="deit", n_val=1000)
+    assert tiny_vit(**deit, n_train=(10, 49_000), n_test=10_000,
+                    wide=ls.WidthSettings(dims=(16,), n_train=10, seeds=(0,))).n_test == 10_000
+    with pytest.raises(ValueError, match=r"ViTStudySettings\.n_train: expected at most 49000 "
+                                         r"images \(CIFAR-100's 50000 training images less "
+                                         r"n_val=1000\), got 49001"):
+        tiny_vit(**deit, n_train=(10, 49_001),
+                 wide=ls.WidthSettings(dims=(16,), n_train=10, seeds=(0,)))
+    with pytest.raises(ValueError, match=r"ViTStudySettings\.terminal\.n_train: expected at "
+                                         r"most 49000"):
+        tiny_vit(**deit, terminal=ls.TerminalSettings(n_train=49_001, epochs=6, seeds=(0,)))
+    with pytest.raises(ValueError, match=r"ViTStudySettings\.n_test: expected at most "
+                                         r"CIFAR-100's 10000 test images, got 10001"):
+        tiny_vit(**deit, n_test=10_001)
+    with pytest.raises(ValueError, match=r"ViTStudySettings\.terminal\.epochs: expected more "
+                                         r"than warmup_epochs=3, got 3"):
+        tiny_vit(**deit, warmup_epochs=3,
+                 terminal=ls.TerminalSettings(n_train=30, epochs=3, seeds=(0,)))
+    with pytest.raises(ValueError, match=r"ViTStudySettings\.epochs: expected more than "
+                                         r"warmup_epochs=8, got 8"):
+        tiny_vit(**deit, warmup_epochs=8)
+    assert ls.deit_recipe_of(tiny_vit(**deit, warmup_epochs=3)).warmup_epochs == 3
+    # the plain recipe reads the CIFAR-10 subset, with no warm-up: these limits are not its
+    assert tiny_vit(warmup_epochs=8, n_test=10_010).n_test == 10_010
     with pytest.raises(ValueError, match=r"ViTStudySettings\.patience: expected >= 1"):
         tiny_vit(patience=0)
 
@@ -143,6 +170,9 @@ def test_the_paper_profile_trains_vit_s_under_the_deit_recipe_on_cifar100(monkey
     assert ls.deit_recipe_of(s) == dr.DeiTRecipe.from_profile()   # the recipe's own ViT-S
     assert s.wide.dims == (768,) and s.n_train[-1] == 50_000 - s.n_val   # all of CIFAR-100
     assert s.n_test == 10_000                                  # CIFAR-100's test images
+    # the terminal runs fit 1,000 images for 1,000 steps, past the recipe's warm-up
+    assert (s.terminal.n_train, s.terminal.epochs * 2) == (1000, 1000)
+    assert s.terminal.epochs > ls.deit_recipe_of(s).warmup_epochs
     seen = []
     monkeypatch.setattr(dr, "paper_study_images", lambda *a: seen.append(a) or "cifar100")
     assert ls.study_images(s) == "cifar100" and seen == [(s.n_val, s.n_test)]

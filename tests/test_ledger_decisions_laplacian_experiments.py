@@ -205,6 +205,23 @@ def test_l8_words_at_the_widest_model():
     low, high = small.tests[0].interval
     assert small.word == "reproduced" and low < -0.105 < high < 0
     assert "holds the SESOI (-10.5%): a drop is shown" in small.evidence
+    assert small.tests[0].estimate > -0.105
+    assert ("the estimate falls short of the SESOI: the drop is probably smaller than the "
+            "smallest that matters, though one that large is not ruled out") in small.evidence
+    beyond = dec.decide_l8(study(k99={"0": 100, "all": 88}, noise=0.08))
+    low, high = beyond.tests[0].interval
+    assert beyond.tests[0].estimate < -0.105 and low < -0.105 < high < 0
+    assert ("the estimate passes the SESOI, but a drop smaller than the smallest that matters "
+            "is not ruled out") in beyond.evidence
+    assert "k99 as the mean over seeds, its change as the mean of the per-seed changes" in \
+        small.evidence
+    # every width's per-seed changes are kept, the deciding one under the test's statistic
+    statistic = rule_of("L8").tests[0].statistic
+    assert list(small.per_seed) == [statistic, f"{statistic}, at d=8", f"{statistic}, at d=12"]
+    assert np.allclose(small.per_seed[statistic], dec.relative_change(
+        small_study := study(k99={"0": 100, "all": 91}, noise=0.08), "k99", part="wide",
+        dim=16))
+    assert len(small.per_seed[f"{statistic}, at d=8"]) == len(small_study.by("0"))
     assert "The paper's -21% lies beyond the interval" in small.evidence
     assert dec.decide_l8(study(k99={"0": 100, "all": 110})).word == "not reproduced"
     flat = dec.decide_l8(study(k99={"0": 100, "all": 99}, noise=0.005))

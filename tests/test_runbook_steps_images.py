@@ -47,7 +47,7 @@ PAPER = {
     "eps_ablation.run": 6 * 40 * 48 * 32,
     "learned_attention.run[causal=True]": 3000,
     "learned_attention.run[causal=False]": 3000,
-    "laplacian_study.run_vit": 4 * 400 * (20 + 49 + 96) + 2 * 200 * 2 + 2 * 400 * 20,
+    "laplacian_study.run_vit": 4 * 400 * (20 + 49 + 96) + 2 * 500 * 2 + 2 * 400 * 20,
     "dense_features.run": (2 * 4 * (8000 + 3 * 500) + 10 * 9 * 500 + 4 * 2 * 8000
                            + 4 * 2 * (2000 + 4000 + 2 * 4 * 500) + 10 * 2 * (8000 + 4 * 500)),
     "soft_vq.run": 18 * 71 + 10 * 4 * 50 * (2 + 12 + 71) + 50 * 71,

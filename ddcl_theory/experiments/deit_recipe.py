@@ -44,8 +44,13 @@ from ddcl_theory.runtime.settings import Settings, setting
 from ddcl_theory.runtime.stacked import PerSeedLoss, StackedModels, stacked_batches
 from ddcl_theory.runtime.training import fit
 
-__all__ = ["DeiTRecipe", "paper_study_images", "study_pixels", "param_groups", "lr_factor",
-           "augmented_batch", "train_deit_stack", "cls_collapse", "deit_stack_runs"]
+__all__ = ["CIFAR100_TRAIN", "CIFAR100_TEST", "DeiTRecipe", "paper_study_images", "study_pixels",
+           "param_groups", "lr_factor", "augmented_batch", "train_deit_stack", "cls_collapse",
+           "deit_stack_runs"]
+
+#: CIFAR-100's training and test images (the paper profile's fit pool plus validation split, and
+#: its evaluation pool).
+CIFAR100_TRAIN, CIFAR100_TEST = 50_000, 10_000
 
 
 @dataclass(frozen=True)
@@ -58,7 +63,9 @@ class DeiTRecipe(Settings):
     validation loss. The smoke run keeps the shapes and trains one epoch.
 
     ``lr`` is the peak rate per 512 images (DeiT's rule): the peak is ``lr * batch_size /
-    512``; ``min_lr`` is the end of the cosine.
+    512``; ``min_lr`` is the end of the cosine. :meth:`fitting` is the recipe of runs that must
+    fit their training images (L7's terminal phase): no augmentation, smoothing or stochastic
+    depth.
 
     Where it differs from DeiT's published recipe: the rate moves every step (warm-up from
     peak / warm-up steps, not 1e-6; the cosine over the steps after the warm-up, with no
@@ -83,6 +90,7 @@ class DeiTRecipe(Settings):
     switch_prob: float = setting(0.5, ge=0, le=1)
     mix_prob: float = setting(1.0, ge=0, le=1)
     crop_pad: int = setting(4, ge=0)
+    flip: bool = setting(True)
     drop_path: float = setting(0.1, ge=0, lt=1)
     patience: int | None = setting(3, paper=40, ge=1)
 
@@ -97,6 +105,14 @@ class DeiTRecipe(Settings):
         if self.warmup_epochs >= self.epochs and self.warmup_epochs:
             raise ValueError(f"{name}.warmup_epochs: expected fewer than epochs={self.epochs}, "
                              f"got {self.warmup_epochs}")
+
+    def fitting(self) -> DeiTRecipe:
+        """The recipe of the terminal-phase runs: the same model, optimiser and schedule with no
+        crops, flips, label smoothing, mixing or stochastic depth, each of which keeps a
+        network from fitting its training images (Neural Collapse is a property of a network
+        trained past zero training error, on plain cross-entropy)."""
+        return self.replace(crop_pad=0, flip=False, label_smoothing=0.0, mix_prob=0.0,
+                            drop_path=0.0)
 
     def model(self, num_classes: int, laplacian_heads: int, dim: int | None = None) -> HFViT:
         """A fresh :class:`HFViT` of the recipe's shapes (``dim`` overrides the width)."""
@@ -179,7 +195,7 @@ def augmented_batch(recipe: DeiTRecipe, x: torch.Tensor, y: torch.Tensor, num_cl
                     gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """One training batch as the recipe sees it: crops and flips, smoothed one-hot targets,
     then mixup or cutmix; images (B, C, H, W) and targets (B, classes)."""
-    x = augment.random_crop_flip(x, recipe.crop_pad, gen)
+    x = augment.random_crop_flip(x, recipe.crop_pad, gen, flip=recipe.flip)
     targets = augment.smooth_labels(y, num_classes, recipe.label_smoothing)
     return augment.mix_batch(x, targets, gen, mixup_alpha=recipe.mixup_alpha,
                              cutmix_alpha=recipe.cutmix_alpha, switch_prob=recipe.switch_prob,
@@ -304,13 +320,15 @@ def deit_stack_runs(recipe: DeiTRecipe, images: lv.StudyImages, part: str, n_tra
                     ckpt: RunDir | None = None) -> list[ViTRun]:
     """The runs of one (part, image count, width, head setting) of the head-count study under
     the recipe: the seeds trained together (:func:`train_deit_stack`; the ``"terminal"`` part
-    without early stopping, for ``epochs``), each measured by
+    under :meth:`DeiTRecipe.fitting` without early stopping, for ``epochs``), each measured by
     :func:`~ddcl_theory.experiments.vit_runs.measure_vit` on the evaluation pool and on
     its first ``n_train_eval`` training images (the terminal part: all of them), its Neural
     Collapse fields read on the CLS token the classifier reads (:func:`cls_collapse`)."""
     if part not in ("sweep", "terminal", "wide"):
         raise ValueError(f"part: expected 'sweep', 'terminal' or 'wide', got {part!r}")
     terminal = part == "terminal"
+    if terminal:
+        recipe = recipe.fitting()
     tensors = {k: v.to(device) for k, v in study_pixels(images, n_train).items()}
     n_lap = laplacian_count(setting, recipe.heads)
     epochs = epochs if epochs is not None else recipe.epochs

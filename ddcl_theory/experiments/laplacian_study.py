@@ -79,10 +79,12 @@ def _threads(n: int | None) -> Iterator[None]:
 class TerminalSettings(Settings):
     """The terminal-phase runs (L7's Neural Collapse): ``n_train`` images (the first of the fit
     pool) fitted for ``epochs`` epochs under a cosine schedule, no early stopping, none and all
-    heads Laplacian, on ``seeds``."""
+    heads Laplacian, on ``seeds``. Under the DeiT recipe they train without augmentation,
+    smoothing or stochastic depth (:meth:`~ddcl_theory.experiments.deit_recipe.DeiTRecipe.fitting`);
+    paper: 500 epochs, 1,000 steps at batch 512."""
 
     n_train: int = setting(100, reference=1000, paper=1000, smoke=10, ge=10)
-    epochs: int = setting(150, reference=100, paper=200, smoke=1, ge=1)
+    epochs: int = setting(150, reference=100, paper=500, smoke=1, ge=1)
     seeds: tuple[int, ...] = setting((0, 1, 2), reference=confirmatory_seeds(20),
                                      paper=(0, 1, 2, 3, 4), smoke=(0,), ge=0, nonempty=True)
 
@@ -119,11 +121,14 @@ class ViTStudySettings(Settings):
     and its terminal and wide parts.
 
     ``n_train``: the training-image counts of the sweep (separate runs, the scale axis);
-    ``n_val``: the validation split, carved from the end of the CIFAR-10 subset; ``n_test``: the
-    evaluation pool (:func:`ddcl_theory.data.cifar10_eval_pool`, never trained on);
-    ``n_train_eval``: training images on which training accuracy and NC1 are measured;
-    ``epochs``: the cosine schedule's length (the cap); ``patience``: epochs without a new lowest
-    validation loss after which a seed is done (the stack stops when every seed is).
+    ``n_val``: the validation split, carved from the end of the training images (the CIFAR-10
+    subset; under ``deit``, CIFAR-100's training set); ``n_test``: the evaluation pool, never
+    trained on (:func:`ddcl_theory.data.cifar10_eval_pool`; under ``deit``, CIFAR-100's first
+    test images); ``n_train_eval``: training images on which training accuracy and NC1 are
+    measured; ``epochs``: the cosine schedule's length (the cap); ``patience``: epochs without
+    a new lowest validation loss after which a seed is done (the stack stops when every seed
+    is); ``lr``: the peak rate (under ``deit``, per 512 images: the peak is ``lr * batch_size
+    / 512``, so a larger batch raises it).
 
     ``recipe``: ``plain``, the package's mean-pooled ViT on the CIFAR-10 subset under AdamW and
     a cosine schedule (:func:`train_vit_stack_runs`); ``deit``, transformers' ViT with a CLS
@@ -157,6 +162,8 @@ class ViTStudySettings(Settings):
     patience: int = setting(3, reference=5, paper=40, ge=1)
     lr: float = setting(3e-3, paper=5e-4, gt=0)
     weight_decay: float = setting(0.0, paper=0.05, ge=0)
+    #: Epochs of linear warm-up before the cosine (the ``deit`` recipe only; ``plain`` has none).
+    warmup_epochs: int = setting(1, paper=5, smoke=0, ge=0)
     head_settings: tuple[str, ...] = setting(HEAD_SETTINGS, smoke=SMOKE_HEAD_SETTINGS,
                                              nonempty=True)
     seeds: tuple[int, ...] = setting((0, 1, 2), reference=confirmatory_seeds(22),
@@ -193,6 +200,26 @@ class ViTStudySettings(Settings):
         if self.recipe == "plain" and self.n_test % 10:      # a pool of every class alike
             raise ValueError(f"{name}.n_test: expected a multiple of CIFAR-10's 10 classes, "
                              f"got {self.n_test}")
+        if self.recipe == "deit":
+            self._check_deit(name)
+
+    def _check_deit(self, name: str) -> None:
+        """CIFAR-100's sizes and the warm-up, which the runs would meet only when their unit
+        starts."""
+        fit_pool = deit_recipe.CIFAR100_TRAIN - self.n_val
+        for field, n in (("n_train", self.n_train[-1]), ("terminal.n_train",
+                                                          self.terminal.n_train)):
+            if n > fit_pool:
+                raise ValueError(f"{name}.{field}: expected at most {fit_pool} images (CIFAR-100's "
+                                 f"{deit_recipe.CIFAR100_TRAIN} training images less n_val="
+                                 f"{self.n_val}), got {n}")
+        if self.n_test > deit_recipe.CIFAR100_TEST:
+            raise ValueError(f"{name}.n_test: expected at most CIFAR-100's "
+                             f"{deit_recipe.CIFAR100_TEST} test images, got {self.n_test}")
+        for field, epochs in (("epochs", self.epochs), ("terminal.epochs", self.terminal.epochs)):
+            if self.warmup_epochs and epochs <= self.warmup_epochs:
+                raise ValueError(f"{name}.{field}: expected more than warmup_epochs="
+                                 f"{self.warmup_epochs}, got {epochs}")
 
     @property
     def scales(self) -> tuple[str, ...]:
@@ -290,12 +317,13 @@ def study_images(settings: ViTStudySettings) -> lv.StudyImages:
 def deit_recipe_of(settings: ViTStudySettings, image_size: int = 32
                    ) -> deit_recipe.DeiTRecipe:
     """The :class:`~ddcl_theory.experiments.deit_recipe.DeiTRecipe` of ``recipe="deit"``: the
-    profile's augmentation, warm-up, label smoothing and stochastic depth, with the study's
-    shapes, batch, epochs, rate (the peak per 512 images), weight decay and patience."""
+    profile's augmentation, label smoothing and stochastic depth, with the study's shapes,
+    batch, epochs, warm-up, rate (the peak per 512 images), weight decay and patience."""
     return deit_recipe.DeiTRecipe.from_profile(
         image_size=image_size, patch=settings.patch, dim=settings.dim, depth=settings.depth,
         heads=settings.heads, mlp_ratio=settings.mlp_ratio, batch_size=settings.batch_size,
-        epochs=settings.epochs, lr=settings.lr, weight_decay=settings.weight_decay, patience=settings.patience)
+        epochs=settings.epochs, warmup_epochs=settings.warmup_epochs, lr=settings.lr,
+        weight_decay=settings.weight_decay, patience=settings.patience)
 
 
 @functools.lru_cache(maxsize=1)

@@ -28,9 +28,11 @@ class ViTRun:
     last only).
 
     ``stream[l]``: the absolute ANOVA split of the residual stream after block ``l + 1``
-    (before any LayerNorm); ``final``: after the final LayerNorm, the tokens whose mean the
-    classifier reads. NC1 of the pool, ``k99`` and ``pr`` (participation ratio) are of the
-    final tokens; ``k99_stream``, ``pr_stream`` of the last block's output before it.
+    (before any LayerNorm); ``final``: after the final LayerNorm, the tokens the classifier
+    reads (their mean in the package's ViT; the CLS token, one of them, in the DeiT recipe's).
+    NC1 of the pool and of the training images (``nc1``, ``nc1_train``, ``etf_gap_train``) are
+    of what the classifier reads; ``k99`` and ``pr`` (participation ratio) of all the final
+    tokens; ``k99_stream``, ``pr_stream`` of the last block's output before it.
     ``correct``: the pool's per-image correctness, packed bits (:attr:`correct_items`).
     """
 

@@ -357,7 +357,12 @@ def _l8_size(t: TestResult) -> str:
         text = (" The interval lies below 0 and beyond the SESOI: the drop is at least the "
                 "size that matters." if t.reaches_sesoi else
                 f" The interval lies below 0 but holds the SESOI ({100 * t.sesoi:+.1f}%): a "
-                "drop is shown, and it may be smaller than the smallest drop that matters.")
+                "drop is shown, "
+                + ("and the estimate falls short of the SESOI: the drop is probably smaller "
+                   "than the smallest that matters, though one that large is not ruled out."
+                   if abs(t.estimate) < abs(t.sesoi) else
+                   "and the estimate passes the SESOI, but a drop smaller than the smallest "
+                   "that matters is not ruled out."))
     else:
         text = ""
     if paper < low:
@@ -425,11 +430,13 @@ def decide_l8(study) -> Verdict:
     stream = {w: _interval(relative_change(study, "k99_stream", **where))
               for w, where in widths.items()}
     t = tests[0]
+    values = {w: relative_change(study, "k99", **where) for w, where in widths.items()}
     evidence = (
         f"{_model(study)} and its twins of width "
         + ", ".join(str(d) for d in st.wide.dims) + f" on {study.source}, "
         f"{st.wide.n_train} training images, runs read at their validation optimum; k99 of the "
-        f"evaluation pool's tokens after the final LayerNorm. "
+        f"evaluation pool's tokens after the final LayerNorm; k99 as the mean over seeds, its "
+        f"change as the mean of the per-seed changes. "
         + "; ".join(f"{w} ({seeds[w]} seeds): k99 {k99[w][_BASE]:.1f} (none) -> "
                     f"{k99[w][_ALL]:.1f} (all), relative change {_points(r[0], spec='+.1f')}%"
                     for w, r in per_scale.items())
@@ -439,15 +446,14 @@ def decide_l8(study) -> Verdict:
         + "; k99 of the stream before the LayerNorm "
         + ", ".join(f"{_pct(v)} ({w})" for w, v in stream.items()) + "."
         + _l8_size(t)
-        + _l8_reading({w: relative_change(study, "k99", **where)
-                       for w, where in widths.items()}, pr,
+        + _l8_reading(values, pr,
                       {w: r[0].word for w, r in per_scale.items()},
                       {w: where.get("part") == "wide" for w, where in widths.items()})
         + " Every seed trains on the same images and is scored on the same pool: the "
         "intervals cover initialisation and batch order, not the choice of training images."
         + _power_text(rule, tests, ("the k99 change",)) + " " + _gate_text([gate])
         + f" Paper: {PAPER['L8']}.")
-    values = relative_change(study, "k99", **widths[label])
+    statistic = rule.tests[0].statistic
     return Verdict(
         "L8", word, evidence,
         our_value=f"k99 {k99[label][_BASE]:.1f} -> {k99[label][_ALL]:.1f} "
@@ -456,4 +462,7 @@ def decide_l8(study) -> Verdict:
         rule=rule.text, n_seeds=t.n_seeds, interval=tuple(t.interval),
         scale=f"{label}, {st.wide.n_train} training images", trend=trend_of(per_scale, 0),
         tolerance=L8_TOLERANCE, tests=tuple(tests), gates=(gate,),
-        per_seed={rule.tests[0].statistic: values.tolist()})
+        # the deciding width's values under the test's statistic, the narrower ones beside
+        per_seed={statistic: values[label].tolist(),
+                  **{f"{statistic}, at {w}": v.tolist() for w, v in values.items()
+                     if w != label}})
