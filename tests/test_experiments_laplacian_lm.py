@@ -131,8 +131,15 @@ def test_a_killed_stack_resumes_to_the_same_numbers(tmp_path, text):
 
 def test_only_rank_0_scores_the_trained_seeds(monkeypatch, text):
     s = tiny()
-    main = lm.train_lm_stack(s, text, 2, 8, (0,), "cpu")[0]
-    assert main.heldout_windows.shape == (len(tiling_starts(len(text.heldout), 8)),)
+    # rank 0 broadcasts every measurement and each seed's scores, in the order the others wait
+    sent = []
+    monkeypatch.setattr(lm, "from_main", lambda obj: sent.append(obj) or obj)
+    main = lm.train_lm_stack(s, text, 2, 8, (0, 1), "cpu")
+    assert len(sent) == s.rounds + 1 + 2
+    assert all(isinstance(m, dict) for m in sent[:s.rounds + 1])
+    for run, (windows, downstream) in zip(main, sent[s.rounds + 1:]):
+        assert np.array_equal(run.heldout_windows, windows) and run.downstream == downstream
+    assert main[0].heldout_windows.shape == (len(tiling_starts(len(text.heldout), 8)),)
     scored = []
     monkeypatch.setattr(lm, "heldout_window_losses", lambda *a: scored.append(a))
     monkeypatch.setattr(lm, "_downstream", lambda *a: scored.append(a))

@@ -101,6 +101,8 @@ def test_settings_validation():
     with pytest.raises(ValueError, match=r"ViTStudySettings\.n_test: expected a multiple"):
         tiny_vit(n_test=55)
     assert tiny_vit(n_test=55, recipe="deit").n_test == 55       # CIFAR-100's first test images
+    with pytest.raises(ValueError, match=r"ViTStudySettings\.patience: expected >= 1"):
+        tiny_vit(patience=0)
 
 
 def test_the_deit_settings_fit_cifar100_and_the_recipes_warmup():
@@ -127,9 +129,10 @@ def test_the_deit_settings_fit_cifar100_and_the_recipes_warmup():
         tiny_vit(**deit, warmup_epochs=8)
     assert ls.deit_recipe_of(tiny_vit(**deit, warmup_epochs=3)).warmup_epochs == 3
     # the plain recipe reads the CIFAR-10 subset, with no warm-up: these limits are not its
-    assert tiny_vit(warmup_epochs=8, n_test=10_010).n_test == 10_010
-    with pytest.raises(ValueError, match=r"ViTStudySettings\.patience: expected >= 1"):
-        tiny_vit(patience=0)
+    assert tiny_vit(warmup_epochs=8, n_test=10_010, patch=3).n_test == 10_010
+    with pytest.raises(ValueError, match=r"ViTStudySettings\.patch: expected a divisor of "
+                                         r"CIFAR-100's image side 32, got 3"):
+        tiny_vit(**deit, patch=3)
 
 
 def test_the_deit_recipe_trains_each_unit_into_the_same_records():
@@ -158,6 +161,9 @@ def test_the_deit_recipe_trains_each_unit_into_the_same_records():
     assert all(r.patience is None and r.best_epoch == 6 for r in study.by("all", part="terminal"))
     for decide in (lx.decide_l6, lx.decide_l7, lx.decide_l8):          # they read it
         assert "under a DeiT-style recipe" in decide(study).evidence
+    unmixed = "(without crops, flips, label smoothing, mixing or stochastic depth)"
+    assert f"runs fitted for 6 epochs {unmixed}." in lx.decide_l7(study).evidence
+    assert unmixed not in lx.decide_l7(ls.run_vit(tiny_vit(), images)).evidence
     with pytest.raises(ValueError, match=r"ViTStudySettings\.recipe"):
         tiny_vit(recipe="deit3")
 
@@ -171,8 +177,9 @@ def test_the_paper_profile_trains_vit_s_under_the_deit_recipe_on_cifar100(monkey
     assert s.wide.dims == (768,) and s.n_train[-1] == 50_000 - s.n_val   # all of CIFAR-100
     assert s.n_test == 10_000                                  # CIFAR-100's test images
     # the terminal runs fit 1,000 images for 1,000 steps, past the recipe's warm-up
-    assert (s.terminal.n_train, s.terminal.epochs * 2) == (1000, 1000)
-    assert s.terminal.epochs > ls.deit_recipe_of(s).warmup_epochs
+    steps = s.terminal.epochs * math.ceil(s.terminal.n_train / s.batch_size)
+    assert (s.terminal.n_train, steps) == (1000, 1000)
+    assert s.terminal.epochs > ls.deit_recipe_of(s).warmup_epochs == s.warmup_epochs == 5
     seen = []
     monkeypatch.setattr(dr, "paper_study_images", lambda *a: seen.append(a) or "cifar100")
     assert ls.study_images(s) == "cifar100" and seen == [(s.n_val, s.n_test)]

@@ -206,13 +206,13 @@ def test_l8_words_at_the_widest_model():
     assert small.word == "reproduced" and low < -0.105 < high < 0
     assert "holds the SESOI (-10.5%): a drop is shown" in small.evidence
     assert small.tests[0].estimate > -0.105
-    assert ("the estimate falls short of the SESOI: the drop is probably smaller than the "
-            "smallest that matters, though one that large is not ruled out") in small.evidence
+    assert ("the estimate lies short of the SESOI; a drop as large as the SESOI is not ruled "
+            "out.") in small.evidence
     beyond = dec.decide_l8(study(k99={"0": 100, "all": 88}, noise=0.08))
     low, high = beyond.tests[0].interval
     assert beyond.tests[0].estimate < -0.105 and low < -0.105 < high < 0
-    assert ("the estimate passes the SESOI, but a drop smaller than the smallest that matters "
-            "is not ruled out") in beyond.evidence
+    assert ("the estimate lies at or beyond the SESOI; a drop smaller than the SESOI is not "
+            "ruled out.") in beyond.evidence
     assert "k99 as the mean over seeds, its change as the mean of the per-seed changes" in \
         small.evidence
     # every width's per-seed changes are kept, the deciding one under the test's statistic

@@ -59,8 +59,9 @@ class DeiTRecipe(Settings):
     heads) on 4x4 patches of 32x32 images, 400 epochs (the Laplacian authors' DeiT-III
     length), batch 512, base rate 5e-4 per 512 images, 5 warm-up epochs, weight decay 0.05,
     label smoothing 0.1, mixup 0.8 or cutmix 1.0 on every batch (half each), crops padded by 4
-    pixels and flips, stochastic depth 0.1; early stopping after 40 epochs without a new lowest
-    validation loss. The smoke run keeps the shapes and trains one epoch.
+    pixels and left-right flips (``flip``), stochastic depth 0.1; early stopping after 40
+    epochs without a new lowest validation loss. The smoke run keeps the shapes and trains one
+    epoch.
 
     ``lr`` is the peak rate per 512 images (DeiT's rule): the peak is ``lr * batch_size /
     512``; ``min_lr`` is the end of the cosine. :meth:`fitting` is the recipe of runs that must
@@ -193,8 +194,9 @@ def lr_factor(step: int, total: int, warmup: int, floor: float) -> float:
 
 def augmented_batch(recipe: DeiTRecipe, x: torch.Tensor, y: torch.Tensor, num_classes: int,
                     gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """One training batch as the recipe sees it: crops and flips, smoothed one-hot targets,
-    then mixup or cutmix; images (B, C, H, W) and targets (B, classes)."""
+    """One training batch as the recipe sees it: crops (``crop_pad``) and flips (``flip``),
+    smoothed one-hot targets, then mixup or cutmix (``mix_prob``); images (B, C, H, W) and
+    targets (B, classes)."""
     x = augment.random_crop_flip(x, recipe.crop_pad, gen, flip=recipe.flip)
     targets = augment.smooth_labels(y, num_classes, recipe.label_smoothing)
     return augment.mix_batch(x, targets, gen, mixup_alpha=recipe.mixup_alpha,

@@ -60,6 +60,8 @@ __all__ = ["WIDE_SEEDS", "WIDE_RUN", "TerminalSettings", "WidthSettings", "ViTSt
 PARTS = ("sweep", "terminal", "wide")
 #: The head settings of the terminal and wide runs: the comparison L7 and L8 name.
 PAIR = ("0", "all")
+#: CIFAR's image side in pixels.
+CIFAR_SIDE = 32
 
 
 @contextlib.contextmanager
@@ -78,8 +80,9 @@ def _threads(n: int | None) -> Iterator[None]:
 @dataclass(frozen=True)
 class TerminalSettings(Settings):
     """The terminal-phase runs (L7's Neural Collapse): ``n_train`` images (the first of the fit
-    pool) fitted for ``epochs`` epochs under a cosine schedule, no early stopping, none and all
-    heads Laplacian, on ``seeds``. Under the DeiT recipe they train without augmentation,
+    pool) fitted for ``epochs`` epochs under a cosine schedule (after the study's warm-up, if
+    any), no early stopping, none and all heads Laplacian, on ``seeds``. Under the DeiT recipe
+    they train without augmentation,
     smoothing or stochastic depth (:meth:`~ddcl_theory.experiments.deit_recipe.DeiTRecipe.fitting`);
     paper: 500 epochs, 1,000 steps at batch 512."""
 
@@ -163,7 +166,7 @@ class ViTStudySettings(Settings):
     lr: float = setting(3e-3, paper=5e-4, gt=0)
     weight_decay: float = setting(0.0, paper=0.05, ge=0)
     #: Epochs of linear warm-up before the cosine (the ``deit`` recipe only; ``plain`` has none).
-    warmup_epochs: int = setting(1, paper=5, smoke=0, ge=0)
+    warmup_epochs: int = setting(0, paper=5, smoke=0, ge=0)
     head_settings: tuple[str, ...] = setting(HEAD_SETTINGS, smoke=SMOKE_HEAD_SETTINGS,
                                              nonempty=True)
     seeds: tuple[int, ...] = setting((0, 1, 2), reference=confirmatory_seeds(22),
@@ -206,6 +209,9 @@ class ViTStudySettings(Settings):
     def _check_deit(self, name: str) -> None:
         """CIFAR-100's sizes and the warm-up, which the runs would meet only when their unit
         starts."""
+        if CIFAR_SIDE % self.patch:
+            raise ValueError(f"{name}.patch: expected a divisor of CIFAR-100's image side "
+                             f"{CIFAR_SIDE}, got {self.patch}")
         fit_pool = deit_recipe.CIFAR100_TRAIN - self.n_val
         for field, n in (("n_train", self.n_train[-1]), ("terminal.n_train",
                                                           self.terminal.n_train)):

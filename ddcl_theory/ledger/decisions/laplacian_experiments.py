@@ -304,7 +304,9 @@ def decide_l7(study) -> Verdict:
         f"{_model(study)} on {study.source}, {tests[0].n_seeds} seeds, tokens of the "
         f"{terminal[0].n_eval:,}-image evaluation pool after the final LayerNorm at "
         f"{st.n_train[-1]} training images (runs read at their validation optimum); NC1 on the "
-        f"{st.terminal.n_train} training images of runs fitted for {st.terminal.epochs} epochs. "
+        f"{st.terminal.n_train} training images of runs fitted for {st.terminal.epochs} epochs"
+        + (" (without crops, flips, label smoothing, mixing or stochastic depth)"
+           if st.recipe == "deit" else "") + ". "
         f"Relative change, all heads Laplacian / none - 1: {text}. Absolute variances (none -> "
         f"all): within-sequence {absolute[_BASE]['within_sequence']:.3g} -> "
         f"{absolute[_ALL]['within_sequence']:.3g}, between-class "
@@ -358,11 +360,10 @@ def _l8_size(t: TestResult) -> str:
                 "size that matters." if t.reaches_sesoi else
                 f" The interval lies below 0 but holds the SESOI ({100 * t.sesoi:+.1f}%): a "
                 "drop is shown, "
-                + ("and the estimate falls short of the SESOI: the drop is probably smaller "
-                   "than the smallest that matters, though one that large is not ruled out."
-                   if abs(t.estimate) < abs(t.sesoi) else
-                   "and the estimate passes the SESOI, but a drop smaller than the smallest "
-                   "that matters is not ruled out."))
+                + ("and the estimate lies short of the SESOI; a drop as large as the SESOI is "
+                   "not ruled out." if abs(t.estimate) < abs(t.sesoi) else
+                   "and the estimate lies at or beyond the SESOI; a drop smaller than the SESOI "
+                   "is not ruled out."))
     else:
         text = ""
     if paper < low:
