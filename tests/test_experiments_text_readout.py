@@ -425,3 +425,62 @@ def test_a_killed_ddcl_clustering_resumes_to_the_same_labels(tmp_path, monkeypat
     assert (resumed.labels == whole.labels).all()
     assert (resumed.l_q, resumed.l_ols, resumed.v) == (whole.l_q, whole.l_ols, whole.v)
     assert torch.equal(resumed.layer.prototypes, whole.layer.prototypes)
+
+
+# ------------------------------------------------------------------------------ IMDB's source
+@pytest.fixture
+def fake_imdb(monkeypatch):
+    """Stand-ins for the staged subset and the full set (4 reviews a split, 2 a class)."""
+    def split(tag):
+        return lambda name: ([f"{tag} {name} review {i}" for i in range(4)],
+                             np.array([0, 0, 1, 1], dtype=np.int64))
+
+    monkeypatch.setattr(T, "load_imdb", split("subset"))
+    monkeypatch.setattr(T, "load_imdb_full", split("full"))
+    monkeypatch.setattr(T.paper_files, "find", lambda key: f"/data/{key}")
+    monkeypatch.setattr(T.paper_files, "read_record",
+                        lambda key, path: {"content": f"digest-of-{key}-at-{path}"})
+
+
+def test_imdb_comes_from_the_staged_subset_or_every_review(fake_imdb):
+    train, test, checksum = T.load_imdb_splits("subset")
+    assert train[0][0] == "subset train review 0" and test[0][0] == "subset test review 0"
+    assert checksum == T.FILES["imdb"].sha256
+    train, test, checksum = T.load_imdb_splits("full")
+    assert train[0][0] == "full train review 0" and test[0][0] == "full test review 0"
+    assert checksum == "imdb_full:digest-of-imdb_full-at-/data/imdb_full"
+    with pytest.raises(ValueError, match=r"source: expected one of \('subset', 'full'\)"):
+        T.load_imdb_splits("all")
+    # the corpus draws from the settings' source, and its embeddings are keyed by it
+    full = T.load_corpus("imdb", T.TextReadoutSettings(imdb_train=0, imdb_test=0,
+                                                       imdb_source="full"))
+    assert full.train_texts[0].startswith("full train") and full.full_train == 4
+    assert full.checksum.startswith("imdb_full:")
+    subset = T.load_corpus("imdb", T.TextReadoutSettings(imdb_train=0, imdb_test=0))
+    assert subset.train_texts[0].startswith("subset train") and subset.checksum != full.checksum
+
+
+def test_a_missing_full_imdb_stops_a_paper_run_and_is_stood_in_for_by_the_smoke_run(
+        fake_imdb, monkeypatch, capsys):
+    def missing(_split):
+        raise FileNotFoundError("IMDB (full): imdb_full.tsv.gz not in any data directory")
+
+    monkeypatch.setattr(T, "load_imdb_full", missing)
+    monkeypatch.setenv(profile.PROFILE_ENV, "paper")
+    monkeypatch.setenv("DDCL_ALLOW_CPU", "1")
+    with pytest.raises(FileNotFoundError, match="imdb_full.tsv.gz"):
+        T.load_imdb_splits("full")
+    monkeypatch.setenv(profile.SMOKE_ENV, "1")
+    train, _, checksum = T.load_imdb_splits("full")
+    assert train[0][0].startswith("subset") and checksum == T.FILES["imdb"].sha256
+    assert "NOTICE: the smoke run reads the staged IMDB subset" in capsys.readouterr().out
+
+
+def test_the_paper_profile_reads_every_imdb_review(monkeypatch):
+    monkeypatch.setenv(profile.PROFILE_ENV, "paper")
+    monkeypatch.setenv("DDCL_ALLOW_CPU", "1")
+    s = T.TextReadoutSettings.from_profile()
+    assert (s.imdb_source, s.imdb_train, s.imdb_test) == ("full", 0, 0)
+    for name in ("cpu", "reference"):
+        monkeypatch.setenv(profile.PROFILE_ENV, name)
+        assert T.TextReadoutSettings.from_profile().imdb_source == "subset"

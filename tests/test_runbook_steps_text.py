@@ -94,8 +94,13 @@ def test_the_paper_examples():
 
 
 def test_the_paper_settings_encode_the_full_data_sets():
-    # SST-2 train + dev, the 5,000 + 5,000 IMDB subset text_readout loads, 20NG bydate
-    assert ENCODED["text_readout.run"](_settings("text_readout.run", False)) == (
+    # SST-2 train + dev, every IMDB review, 20NG bydate
+    paper = _settings("text_readout.run", False)
+    assert paper.imdb_source == "full"
+    assert ENCODED["text_readout.run"](paper) == (
+        67_349 + 872 + 25_000 + 25_000 + 11_314 + 7_532, 512)
+    # the staged 5,000 + 5,000 subset where the settings ask for it
+    assert ENCODED["text_readout.run"](paper.replace(imdb_source="subset")) == (
         67_349 + 872 + 5_000 + 5_000 + 11_314 + 7_532, 512)
     assert ENCODED["stacked_layers.run"](_settings("stacked_layers.run", False)) == (11_314, 512)
     assert ENCODED["peer_readouts.run"](_settings("peer_readouts.run", False)) == (

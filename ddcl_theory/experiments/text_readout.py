@@ -7,7 +7,7 @@ truncated to a maximum number of tokens (in the reference profile the encoder's 
 * SST-2 (binary sentiment of movie-review sentences): a draw from the 67,349 training phrases;
   the 872 dev sentences are the test set;
 * IMDB (binary sentiment of full reviews, ``<br />`` removed): draws from the 5,000 + 5,000
-  reviews of the staged subset;
+  reviews of the staged subset (the paper profile: all 25,000 + 25,000, :func:`load_imdb_splits`);
 * 20 Newsgroups (20 topics): draws from the bydate train and test splits, header, quoted lines and
   signature stripped (:func:`ddcl_theory.data.text.clean.strip_newsgroup`).
 
@@ -56,7 +56,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from ddcl_theory.data import FILES, load_20newsgroups, load_imdb, load_sst2
+from ddcl_theory.data import FILES, load_20newsgroups, load_imdb, load_sst2, paper_files
+from ddcl_theory.data.paper import load_imdb_full
 from ddcl_theory.data.text import (
     TokenEmbeddings,
     clean_imdb,
@@ -78,6 +79,8 @@ AGGREGATOR_K = {"sst2": 2, "imdb": 4, "20ng": 20}
 AGGREGATOR_ACC = {"sst2": 86.7, "imdb": 91.3, "20ng": 17.5}
 SST2_NAMES = ("negative", "positive")
 IMDB_NAMES = ("negative", "positive")
+#: Where IMDB's reviews come from (:func:`load_imdb_splits`).
+IMDB_SOURCES = ("subset", "full")
 NEWSGROUPS = ("alt.atheism", "comp.graphics", "comp.os.ms-windows.misc",
               "comp.sys.ibm.pc.hardware", "comp.sys.mac.hardware", "comp.windows.x",
               "misc.forsale", "rec.autos", "rec.motorcycles", "rec.sport.baseball",
@@ -135,7 +138,8 @@ class TextReadoutSettings(Settings):
     cpu: small draws cut at 64 / 128 / 64 tokens, 3 seeds, a grid of 4 configurations per arm
     on one tuning fold, two scales, shorter clusterings (a regression value and pilot);
     reference: larger draws cut at the encoder's own maximum (256 for MiniLM), 10 confirmatory
-    seeds, 32 configurations per arm, three scales; paper: every row, BERT-base, cut at 512.
+    seeds, 32 configurations per arm, three scales; paper: every row (all 25,000 + 25,000 IMDB
+    reviews), BERT-base, cut at 512.
 
     The DDCL grid: K in {the number of classes C} + {the second K, when ``grid_second_k``} +
     ``grid_ks`` (:func:`prototype_counts`), times ``grid_heads`` x ``grid_lrs`` x
@@ -149,6 +153,8 @@ class TextReadoutSettings(Settings):
     imdb_train: int = setting(300, reference=1000, paper=0, smoke=32, ge=0)
     imdb_test: int = setting(300, reference=2000, paper=0, smoke=32, ge=0)
     imdb_max_length: int = setting(128, reference=256, paper=512, ge=1)
+    #: ``subset``: the staged 5,000 + 5,000 reviews; ``full``: all 25,000 + 25,000
+    imdb_source: str = setting("subset", paper="full", choices=IMDB_SOURCES)
     ng_train: int = setting(800, reference=1000, paper=0, smoke=64, ge=0)
     ng_test: int = setting(400, reference=1000, paper=0, smoke=32, ge=0)
     ng_max_length: int = setting(64, reference=256, paper=512, ge=1)
@@ -252,7 +258,7 @@ class Corpus:
         train_index, test_index: rows of the loader's split that were drawn (sorted).
         full_train, full_test: sizes of the splits drawn from (texts that the clean-up leaves
             empty are never drawn).
-        checksum: sha256 of the data file (part of the embedding cache key).
+        checksum: the digest of the data (part of the embedding cache key).
         max_length: truncation length for the encoder.
     """
 
@@ -322,18 +328,18 @@ def load_corpus(name: str, settings: TextReadoutSettings) -> Corpus:
     if name == "sst2":
         tr_x, tr_y = load_sst2("train")
         te_x, te_y = load_sst2("dev")
-        sizes, clean, key, names, max_len = (s.sst2_train, 0), str, "sst2_train", SST2_NAMES, \
-            s.sst2_max_length
+        sizes, clean, names, max_len = (s.sst2_train, 0), str, SST2_NAMES, s.sst2_max_length
+        checksum = FILES["sst2_train"].sha256 + FILES["sst2_dev"].sha256
     elif name == "imdb":
-        tr_x, tr_y = load_imdb("train")
-        te_x, te_y = load_imdb("test")
-        sizes, clean, key, names, max_len = (s.imdb_train, s.imdb_test), clean_imdb, "imdb", \
-            IMDB_NAMES, s.imdb_max_length
+        (tr_x, tr_y), (te_x, te_y), checksum = load_imdb_splits(s.imdb_source)
+        sizes, clean, names, max_len = (s.imdb_train, s.imdb_test), clean_imdb, IMDB_NAMES, \
+            s.imdb_max_length
     else:
         tr_x, tr_y = load_20newsgroups("train")
         te_x, te_y = load_20newsgroups("test")
-        sizes, clean, key, names, max_len = (s.ng_train, s.ng_test), strip_newsgroup, \
-            "20newsgroups", NEWSGROUPS, s.ng_max_length
+        sizes, clean, names, max_len = (s.ng_train, s.ng_test), strip_newsgroup, NEWSGROUPS, \
+            s.ng_max_length
+        checksum = FILES["20newsgroups"].sha256
     # texts that the clean-up leaves empty (20 Newsgroups messages that are all header or
     # quote) are never drawn; the clean-up runs only on the rows the draw reaches
     cleaned: dict[tuple[int, int], str] = {}
@@ -347,9 +353,31 @@ def load_corpus(name: str, settings: TextReadoutSettings) -> Corpus:
     tr_i = balanced_draw(tr_y, sizes[0], gen, usable(0, tr_x))
     te_i = balanced_draw(te_y, sizes[1], gen, usable(1, te_x))
     return Corpus(name, names, [cleaned[0, i] for i in tr_i], tr_y[tr_i], tr_i,
-                  [cleaned[1, i] for i in te_i], te_y[te_i], te_i, len(tr_y), len(te_y),
-                  FILES[key].sha256 if name != "sst2" else
-                  FILES["sst2_train"].sha256 + FILES["sst2_dev"].sha256, max_len)
+                  [cleaned[1, i] for i in te_i], te_y[te_i], te_i, len(tr_y), len(te_y), checksum,
+                  max_len)
+
+
+def load_imdb_splits(source: str) -> tuple[tuple[list[str], np.ndarray],
+                                          tuple[list[str], np.ndarray], str]:
+    """IMDB's (train texts, labels) and (test texts, labels) from ``source``, and the digest
+    that keys their embeddings: ``subset``, the staged 5,000 + 5,000 reviews
+    (:func:`ddcl_theory.data.load_imdb`); ``full``, all 25,000 + 25,000
+    (:func:`ddcl_theory.data.paper.load_imdb_full`; the paper profile's smoke run reads the
+    subset in its place, with a notice, where it is not fetched)."""
+    if source not in IMDB_SOURCES:
+        raise ValueError(f"source: expected one of {IMDB_SOURCES}, got {source!r}")
+    if source == "full":
+        try:
+            train, test = load_imdb_full("train"), load_imdb_full("test")
+        except FileNotFoundError as err:
+            if not profile.current().smoke:
+                raise
+            print(f"NOTICE: {err}\nNOTICE: the smoke run reads the staged IMDB subset in its "
+                  "place")
+        else:
+            record = paper_files.read_record("imdb_full", paper_files.find("imdb_full"))
+            return train, test, "imdb_full:" + record["content"]
+    return load_imdb("train"), load_imdb("test"), FILES["imdb"].sha256
 
 
 def embed_corpus(encoder, corpus: Corpus) -> tuple[TokenEmbeddings, TokenEmbeddings]:

@@ -34,17 +34,30 @@ from ddcl_theory.experiments.peer_readouts.study import SWEEP
 from ddcl_theory.experiments import text_readout as T
 
 __all__ = ["STEPS", "EXAMPLES", "ENCODED", "SST2_TRAIN", "SST2_DEV", "IMDB_SUBSET_TRAIN",
-           "IMDB_SUBSET_TEST", "NG_TRAIN", "NG_TEST"]
+           "IMDB_SUBSET_TEST", "IMDB_FULL_TRAIN", "IMDB_FULL_TEST", "NG_TRAIN", "NG_TEST"]
 
 #: SST-2 (GLUE): training phrases and dev sentences (the dev set is the text chapter's test set).
 SST2_TRAIN, SST2_DEV = 67_349, 872
 #: The staged IMDB subset that :func:`ddcl_theory.data.load_imdb` reads (not the full 25,000 +
 #: 25,000 of :func:`ddcl_theory.data.paper.load_imdb_full`): 5,000 reviews per split.
 IMDB_SUBSET_TRAIN, IMDB_SUBSET_TEST = 5_000, 5_000
+#: Every labelled IMDB review (``imdb_source="full"``, the paper profile's).
+IMDB_FULL_TRAIN, IMDB_FULL_TEST = 25_000, 25_000
 #: 20 Newsgroups, bydate split.
 NG_TRAIN, NG_TEST = 11_314, 7_532
 _CLASSES = {"sst2": len(T.SST2_NAMES), "imdb": len(T.IMDB_NAMES), "20ng": len(T.NEWSGROUPS)}
-_TEXT_FULL = {"sst2": SST2_TRAIN, "imdb": IMDB_SUBSET_TRAIN, "20ng": NG_TRAIN}
+
+
+def _imdb_sizes(s: Any) -> tuple[int, int]:
+    """IMDB's (train, test) split sizes under the settings' ``imdb_source``."""
+    if s.imdb_source == "full":
+        return IMDB_FULL_TRAIN, IMDB_FULL_TEST
+    return IMDB_SUBSET_TRAIN, IMDB_SUBSET_TEST
+
+
+def _text_full(s: Any, name: str) -> int:
+    """The training split a corpus draws from."""
+    return {"sst2": SST2_TRAIN, "imdb": _imdb_sizes(s)[0], "20ng": NG_TRAIN}[name]
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -116,8 +129,8 @@ def orbital_debris_examples(s: Any) -> dict[str, int]:
 def _text_corpora(s: Any) -> dict[str, tuple[int, int, int]]:
     """corpus -> (training draw, test draw, max length) of a ``TextReadoutSettings``."""
     return {"sst2": (_drawn(s.sst2_train, SST2_TRAIN), SST2_DEV, s.sst2_max_length),
-            "imdb": (_drawn(s.imdb_train, IMDB_SUBSET_TRAIN),
-                     _drawn(s.imdb_test, IMDB_SUBSET_TEST), s.imdb_max_length),
+            "imdb": (_drawn(s.imdb_train, _imdb_sizes(s)[0]),
+                     _drawn(s.imdb_test, _imdb_sizes(s)[1]), s.imdb_max_length),
             "20ng": (_drawn(s.ng_train, NG_TRAIN), _drawn(s.ng_test, NG_TEST), s.ng_max_length)}
 
 
@@ -160,7 +173,7 @@ def text_readout(s: Any) -> int:
     confirmatory runs, plus ``cluster_steps`` full-batch steps for the two DDCL clusterings
     (tokens, mean) x ``cluster_seeds`` x cluster counts (the probes and k-means train nothing).
     Draw sizes of 0 take the published sizes (an upper bound for 20 Newsgroups)."""
-    return sum(_text_corpus_steps(s, name, train, _TEXT_FULL[name])
+    return sum(_text_corpus_steps(s, name, train, _text_full(s, name))
                for name, (train, _, _) in _text_corpora(s).items())
 
 
@@ -171,14 +184,15 @@ def text_readout_examples(s: Any) -> dict[str, int]:
     sizes (an upper bound for 20 Newsgroups)."""
     corpora = _text_corpora(s)
     return _used({
-        "DDCLPooledReadout": sum(_text_readout_rows(s, name, train, _TEXT_FULL[name])
+        "DDCLPooledReadout": sum(_text_readout_rows(s, name, train, _text_full(s, name))
                                  for name, (train, _, _) in corpora.items()),
         "DDCLAttention": sum(_text_cluster_steps(s, name) for name in corpora)})
 
 
 def text_readout_encoded(s: Any) -> tuple[int, int]:
-    """The training and test draws of the three corpora (SST-2: its whole dev set; IMDB: the
-    5,000 + 5,000 staged subset, not the full 25,000 + 25,000), and the longest truncation."""
+    """The training and test draws of the three corpora (SST-2: its whole dev set; IMDB: from
+    the settings' ``imdb_source``, the paper profile's all 25,000 + 25,000), and the longest
+    truncation."""
     corpora = _text_corpora(s).values()
     return sum(tr + te for tr, te, _ in corpora), max(m for _, _, m in corpora)
 
