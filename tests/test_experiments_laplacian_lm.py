@@ -129,6 +129,36 @@ def test_a_killed_stack_resumes_to_the_same_numbers(tmp_path, text):
         _same_run(a, b)
 
 
+def test_only_rank_0_scores_the_trained_seeds(monkeypatch, text):
+    s = tiny()
+    # rank 0 broadcasts every measurement and each seed's scores, in the order the others wait
+    sent = []
+    monkeypatch.setattr(lm, "from_main", lambda obj: sent.append(obj) or obj)
+    main = lm.train_lm_stack(s, text, 2, 8, (0, 1), "cpu")
+    assert len(sent) == s.rounds + 1 + 2
+    assert all(isinstance(m, dict) for m in sent[:s.rounds + 1])
+    for run, (windows, downstream) in zip(main, sent[s.rounds + 1:]):
+        assert np.array_equal(run.heldout_windows, windows) and run.downstream == downstream
+    assert main[0].heldout_windows.shape == (len(tiling_starts(len(text.heldout), 8)),)
+    scored = []
+    monkeypatch.setattr(lm, "heldout_window_losses", lambda *a: scored.append(a))
+    monkeypatch.setattr(lm, "_downstream", lambda *a: scored.append(a))
+    monkeypatch.setattr(lm, "is_main", lambda: False)
+    measured = {"val_loss": [1.0], "heldout_loss": [1.0], "train_loss": [1.0], "cdnv": [0.5]}
+    final = (np.array([1.5, 2.5]), 0.25)
+    broadcasts = []
+
+    def from_main(obj):                # another rank: rank 0's objects arrive
+        assert obj is None
+        broadcasts.append(obj)
+        return measured if len(broadcasts) <= s.rounds + 1 else final
+
+    monkeypatch.setattr(lm, "from_main", from_main)
+    other = lm.train_lm_stack(s, text, 2, 8, (0,), "cpu")[0]
+    assert scored == [] and len(broadcasts) == s.rounds + 2
+    assert np.array_equal(other.heldout_windows, final[0]) and other.downstream == 0.25
+
+
 # ----------------------------------------------------------------------------- settings
 @pytest.mark.parametrize("changes, message", [
     (dict(laplacian_heads=5), r"LMSettings\.laplacian_heads: expected at most heads=4"),

@@ -413,9 +413,19 @@ def train_lm_stack(settings: LMSettings, data: LMData | TextParts, laplacian_hea
                           *(tuple(float(v) for v in curves[k][:, i])
                             for k in ("val_loss", "heldout_loss", "train_loss", "cdnv")),
                           int(best.best_epoch[i]),
-                          heldout_window_losses(model, text.heldout, block),
-                          _downstream(settings, data, model, steps, device)))
+                          *_final_scores(settings, data, model, steps, device)))
     return runs
+
+
+def _final_scores(settings: LMSettings, data: LMData, model: nn.Module, steps: int,
+                  device: str) -> tuple[np.ndarray, float | None]:
+    """The held-out window losses and the downstream score of one trained seed, computed by
+    rank 0 alone under ``torchrun`` and shared with the others (which wait: an error on rank 0
+    leaves them waiting until the process group's timeout, as in the measurements per round)."""
+    if not is_main():
+        return from_main(None)
+    return from_main((heldout_window_losses(model, data.text.heldout, settings.block_size),
+                      _downstream(settings, data, model, steps, device)))
 
 
 def unit_name(settings: LMSettings, laplacian_heads: int, steps: int,
