@@ -27,7 +27,7 @@ BUDGET_FIELDS = {"epochs", "steps", "seeds", "repeats", "warmup", "n_temperature
                  "patience", "scales", "documents", "grid_taus", "grid_lrs", "grid_ks",
                  "grid_heads", "grid_second_k", "probe_cs", "tune_lrs",
                  "tune_temperature_factors", "probe_steps", "heldout_tokens", "tune_n_val",
-                 "corpus_tokens", "downstream_items", "both_arms"}
+                 "corpus_tokens", "downstream_items", "both_arms", "warmup_epochs"}
 #: Budgets that are schedules (the epochs or rounds at which a run is read): a smoke run's ends
 #: earlier and has no more positions (it need not be a subset of the paper's).
 SCHEDULE_FIELDS = {"checkpoints", "probe_at"}
