@@ -82,6 +82,22 @@ def test_a_killed_vit_stack_resumes_to_the_same_runs(tmp_path):
         ls.train_vit_stack_runs(s, images, "long", 40, 8, "all", (0,), "cpu")
 
 
+def test_extra_seeds_train_at_the_largest_image_count_only(vit_study):
+    study = ls.run_vit(tiny_vit(extra_seeds=(5,)), synthetic_images())
+    assert [r.seed for r in study.by("1")] == [0, 1, 5]                  # 80 images: the largest
+    assert [r.seed for r in study.by("1", n_train=40)] == [0, 1]
+    assert [r.seed for r in study.by("0", part="wide")] == [0]
+    assert [r.seed for r in study.by("all", part="terminal")] == [0, 1]
+    # the shared seeds train as before: a seed's run does not depend on its stack's others
+    old = {(r.part, r.n_train, r.setting, r.seed): r for r in vit_study.runs}
+    assert all(old[(r.part, r.n_train, r.setting, r.seed)] == r
+               for r in study.runs if r.seed != 5)
+    for extra in ((0,), (5, 5)):
+        with pytest.raises(ValueError, match=r"ViTStudySettings\.extra_seeds: expected seeds "
+                                             r"distinct"):
+            tiny_vit(extra_seeds=extra)
+
+
 def test_settings_validation():
     with pytest.raises(ValueError, match=r"ViTStudySettings\.n_train: expected increasing"):
         tiny_vit(n_train=(80, 40))
@@ -197,6 +213,12 @@ def test_the_reference_profile_scales_the_images_and_uses_confirmatory_seeds(mon
     # L8's second confirmatory run: the rule's seeds, none of the first run's
     assert len(vit.wide.seeds) == rule_of("L8").n_seeds
     assert not set(vit.wide.seeds) & set(confirmatory_seeds(10, run=1))
+    # L6's second confirmatory run: the rule's seeds at the largest count, 22 of them at every
+    # count, none of the first run's (1000-1021 at every count)
+    assert len(vit.seeds + vit.extra_seeds) == rule_of("L6").n_seeds == ls.DECIDING_SEEDS
+    assert len(vit.seeds) == ls.SWEEP_SEEDS
+    assert not set(vit.seeds + vit.extra_seeds) & set(confirmatory_seeds(22, run=1))
+    assert rule_of("L7").n_seeds <= len(vit.seeds + vit.extra_seeds)
     assert (vit.threads, vit.workers) == (1, 2)             # both cores of a 2-core machine
     for seeds in (vit.seeds, vit.terminal.seeds, vit.wide.seeds):
         assert min(seeds) >= CONFIRMATORY_SEED_BASE and len(seeds) >= 5

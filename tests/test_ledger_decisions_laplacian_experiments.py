@@ -3,6 +3,8 @@ ViT studies (every side of each rule: reproduced, not reproduced for a wrong sig
 negligible effect, inconclusive, a failed gate, too few seeds)."""
 from __future__ import annotations
 
+import dataclasses
+
 
 import numpy as np
 import pytest
@@ -21,11 +23,14 @@ def _wiggle(seed: int, size: float) -> float:
     return size * np.sqrt(2) * np.sin(2.1 * seed + 0.3)
 
 
-def _settings(n_seeds: int) -> ls.ViTStudySettings:
+def _settings(n_seeds: int, extra: int = 0, first: int = 0) -> ls.ViTStudySettings:
+    """``n_seeds`` from ``first`` at every count, ``extra`` more at the largest; the terminal
+    and wide runs on ``n_seeds`` from 0."""
     seeds = tuple(range(n_seeds))
+    sweep = tuple(range(first, first + n_seeds + extra))
     return ls.ViTStudySettings(
         n_train=(100, 300), n_val=50, n_test=N_EVAL, n_train_eval=50, dim=8, heads=4,
-        epochs=30, patience=3, seeds=seeds,
+        epochs=30, patience=3, seeds=sweep[:n_seeds], extra_seeds=sweep[n_seeds:],
         terminal=ls.TerminalSettings(n_train=50, epochs=40, seeds=seeds),
         wide=ls.WidthSettings(dims=(12, 16), n_train=300, seeds=seeds))
 
@@ -60,13 +65,15 @@ def _run(st, part, n_train, dim, setting, seed, *, acc, within, between, nc1, k9
 
 
 def study(n_seeds: int | None = None, *, acc=lambda n, h: 0.5, within=None, between=None,
-          nc1=None, k99=None, cut=(), train_acc=1.0, noise=0.01, pr=None) -> ls.ViTStudy:
+          nc1=None, k99=None, cut=(), train_acc=1.0, noise=0.01, pr=None,
+          extra: int = 0, first: int = 0) -> ls.ViTStudy:
     """A study of the rules' seeds (default) whose fields follow the given values: ``acc(n, h)``
     the accuracy at n images and h Laplacian heads; ``within``, ``between``, ``nc1``, ``k99``
     per head setting (0 and all); ``cut``: (part, n, dim, setting, seed) of runs that reached
-    the cap; ``noise``: the per-seed relative wiggle."""
-    n_seeds = n_seeds or max(rule_of(c).n_seeds for c in ("L6", "L7", "L8"))
-    st = _settings(n_seeds)
+    the cap; ``noise``: the per-seed relative wiggle; ``extra``: seeds added to the sweep at the
+    largest count; ``first``: the sweep's first seed."""
+    n_seeds = n_seeds or max(ls.SWEEP_SEEDS, *(rule_of(c).n_seeds for c in ("L7", "L8")))
+    st = _settings(n_seeds, extra, first)
     fields = dict(acc=acc, within=within or {"0": 1.0, "all": 1.0},
                   between=between or {"0": 1.0, "all": 1.0}, nc1=nc1 or {"0": 1.0, "all": 1.0},
                   k99=k99 or {"0": 100, "all": 100}, cut=cut, train_acc=train_acc, noise=noise,
@@ -75,8 +82,17 @@ def study(n_seeds: int | None = None, *, acc=lambda n, h: 0.5, within=None, betw
     jobs += [(p, n, d, s) for p, n, d in (("terminal", st.terminal.n_train, st.dim),
                                           *(("wide", st.wide.n_train, d) for d in st.wide.dims))
              for s in ("0", "all")]
-    runs = [_run(st, *job, seed, **fields) for job in jobs for seed in st.seeds]
+    seeds = {job: (st.seeds + st.extra_seeds if job[:2] == ("sweep", st.n_train[-1])
+                   else st.seeds if job[0] == "sweep" else st.terminal.seeds)
+             for job in jobs}
+    runs = [_run(st, *job, seed, **fields) for job in jobs for seed in seeds[job]]
     return ls.ViTStudy(st, runs, "test", 10, 16)
+
+
+def l6_study(**fields) -> ls.ViTStudy:
+    """:func:`study` with L6's seeds as the reference runs them: 22 at every count and the rest
+    of the rule's at the largest."""
+    return study(extra=rule_of("L6").n_seeds - ls.SWEEP_SEEDS, **fields)
 
 
 def rising(per_head):
@@ -85,7 +101,7 @@ def rising(per_head):
 
 # ------------------------------------------------------------------------------------- L6
 def test_l6_is_reproduced_when_accuracy_rises_by_more_than_the_sesoi():
-    v = dec.decide_l6(study(acc=rising(0.005)))              # +2 points with all 4 heads
+    v = dec.decide_l6(l6_study(acc=rising(0.005)))              # +2 points with all 4 heads
     assert (v.claim, v.word) == ("L6", "reproduced")
     assert v.rule == rule_of("L6").text and v.interval[0] > 0
     assert [t.word for t in v.tests] == ["reproduced", "reproduced"]
@@ -97,13 +113,13 @@ def test_l6_is_reproduced_when_accuracy_rises_by_more_than_the_sesoi():
 
 
 def test_l6_is_not_reproduced_for_a_wrong_sign_and_for_a_negligible_gain():
-    assert dec.decide_l6(study(acc=rising(-0.005))).word == "not reproduced"
-    small = dec.decide_l6(study(acc=rising(0.0002), noise=0.001))   # +0.08 points
+    assert dec.decide_l6(l6_study(acc=rising(-0.005))).word == "not reproduced"
+    small = dec.decide_l6(l6_study(acc=rising(0.0002), noise=0.001))   # +0.08 points
     assert small.word == "not reproduced" and small.tests[0].interval[0] > 0
 
 
 def test_l6_is_inconclusive_when_the_interval_holds_margin_and_sesoi():
-    v = dec.decide_l6(study(acc=rising(0.001), noise=0.5))
+    v = dec.decide_l6(l6_study(acc=rising(0.001), noise=0.5))
     assert v.word == "inconclusive" and "would need" in v.evidence
 
 
@@ -114,16 +130,31 @@ def test_l6_states_the_gap_path_over_image_counts_and_its_change_with_an_interva
     assert "points, over seeds only: the pool's images are the same" in v.evidence
 
 
+def test_l6_decides_on_the_extra_seeds_at_the_largest_count_and_says_so():
+    rule = rule_of("L6").n_seeds
+    v = dec.decide_l6(l6_study(acc=rising(0.005)))
+    assert v.word == "reproduced" and v.n_seeds == rule
+    assert all(t.n_seeds == rule for t in v.tests)
+    assert all(len(x) == rule for x in v.per_seed.values())
+    assert (f"{rule} seeds per head setting at 300 images and 22 at the smaller counts, each "
+            "run read") in v.evidence
+    assert "from 100 images to 300 images it moves" in v.evidence    # Welch: 22 and 78 seeds
+    assert f"{rule} seeds per head setting, each run read" in dec.decide_l6(
+        study(rule, acc=rising(0.005))).evidence
+    # the smaller counts' seeds alone are too few for the rule's word
+    assert dec.decide_l6(study(acc=rising(0.005))).word == "inconclusive"
+
+
 def test_l6_gate_and_seed_count():
     last = _settings(2).n_train[-1]
-    v = dec.decide_l6(study(acc=rising(0.005), cut={("sweep", last, 8, "1", 0)}))
+    v = dec.decide_l6(l6_study(acc=rising(0.005), cut={("sweep", last, 8, "1", 0)}))
     assert v.word == "inconclusive" and not v.gates[0].passed and "(not met)" in v.evidence
     # a run cut by the cap at a smaller count does not gate the verdict
     first = _settings(2).n_train[0]
-    assert dec.decide_l6(study(acc=rising(0.005), cut={("sweep", first, 8, "1", 0)})
+    assert dec.decide_l6(l6_study(acc=rising(0.005), cut={("sweep", first, 8, "1", 0)})
                          ).word == "reproduced"
-    few = rule_of("L6").n_seeds - 1
-    assert dec.decide_l6(study(few, acc=rising(0.005))).word == "inconclusive"
+    assert dec.decide_l6(study(extra=rule_of("L6").n_seeds - ls.SWEEP_SEEDS - 1,
+                               acc=rising(0.005))).word == "inconclusive"   # one seed short
 
 
 def test_slopes_are_least_squares_over_head_counts_and_gaps_are_paired():
@@ -165,7 +196,7 @@ def test_l7_is_not_reproduced_for_a_wrong_sign_and_for_a_negligible_change():
 
 
 def test_l7_inconclusive_for_noise_and_for_a_terminal_phase_not_reached():
-    assert dec.decide_l7(study(within=DOWN, between=UP, nc1={"0": 1.0, "all": 0.9},
+    assert dec.decide_l7(study(22, within=DOWN, between=UP, nc1={"0": 1.0, "all": 0.9},
                                noise=0.3)).word == "inconclusive"
     v = dec.decide_l7(study(within=DOWN, between=UP, nc1=DOWN, train_acc=0.9))
     assert v.word == "inconclusive" and not v.gates[1].passed
@@ -198,6 +229,21 @@ def test_l8_words_at_the_widest_model():
     assert "The paper's -21% lies beyond the interval" in v.evidence   # narrow: -20 +- 0.5
     assert "not the choice of training images" in v.evidence
     assert "moves the other way" not in v.evidence
+
+
+def test_l8_counts_the_sweeps_runs_as_new_when_their_seeds_are_of_a_later_confirmatory_run():
+    def widths_text(first, wide_first):
+        st = _settings(16, first=first)
+        st = dataclasses.replace(st, wide=dataclasses.replace(
+            st.wide, seeds=tuple(range(wide_first, wide_first + 16))))
+        return dec._sweep_fresh_for_l8(st)
+
+    assert widths_text(2000, 2000) and widths_text(3000, 2000)
+    assert not widths_text(1000, 2000)                 # the first run's sweep, read by L8 before
+    assert not widths_text(0, 0)                       # exploratory seeds are never new
+    v = dec.decide_l8(study(16, first=2000, k99={"0": 100, "all": 80}))
+    assert "d=8 reproduced; d=12 reproduced; d=16 reproduced." in v.evidence
+    assert "seen before this run" not in v.evidence
     other = dec.decide_l8(study(k99={"0": 100, "all": 80}, pr={"0": 10.0, "all": 11.0}))
     assert "the participation ratio moves the other way (+9.9 [" in other.evidence
     assert "the tail is cut, the decay is not faster throughout" in other.evidence

@@ -126,8 +126,8 @@ def test_eps_sweep_formula_matches_a_tiny_run():
     assert measured(ea.run, s) == STEPS["eps_ablation.run"](s) == 2 * 2 * 3 * 2
 
 
-def _tiny_vit(patience: int) -> ls.ViTStudySettings:
-    return ls.ViTStudySettings(
+def _tiny_vit(patience: int, **changes) -> ls.ViTStudySettings:
+    return ls.ViTStudySettings(**changes,
         n_train=(40, 80), n_val=48, n_test=60, n_train_eval=30, patch=4, dim=8, depth=1,
         heads=2, batch_size=16, epochs=4, patience=patience, lr=3e-2,
         head_settings=("0", "all"), seeds=(0, 1),
@@ -218,6 +218,12 @@ def test_vit_study_examples_count_the_seeds_and_images_of_each_stacked_step():
     got = counted(lambda st: ls.run_vit(st, synthetic_images()), s)
     assert got["steps"] == STEPS["laplacian_study.run_vit"](s)
     want = 2 * 2 * 4 * (40 + 80) + 3 * 2 * 3 * 30 + 1 * 2 * 4 * 80    # seeds x images
+    assert per_class(got) == EXAMPLES["laplacian_study.run_vit"](s) == {"StackedModels": want}
+    # an extra seed at the largest count (80 images) adds its examples, not a step
+    s = _tiny_vit(patience=4, extra_seeds=(7,))
+    got = counted(lambda st: ls.run_vit(st, synthetic_images()), s)
+    assert got["steps"] == STEPS["laplacian_study.run_vit"](s)
+    want += 1 * 2 * 4 * 80
     assert per_class(got) == EXAMPLES["laplacian_study.run_vit"](s) == {"StackedModels": want}
 
 

@@ -10,8 +10,9 @@ all settings draw the same weights) and the same batches.
   separate one:
 
   - the *sweep*: every head setting at each training-image count of ``n_train`` (the scale
-    axis), each run read at its validation optimum (early stopping on a validation split carved
-    from the training images, under a cosine schedule) and measured on the evaluation pool
+    axis), on ``seeds`` at every count and on ``extra_seeds`` too at the largest, each run read
+    at its validation optimum (early stopping on a validation split carved from the training
+    images, under a cosine schedule) and measured on the evaluation pool
     (``n_test`` images of the training set that no run trains on): accuracy, the absolute ANOVA
     variances of the tokens after every block and after the final LayerNorm, NC1, k99 and the
     participation ratio;
@@ -53,8 +54,9 @@ from ddcl_theory.runtime.settings import Settings, confirmatory_seeds, nested, s
 from ddcl_theory.runtime.threads import num_threads
 from ddcl_theory.runtime.workers import map_units
 
-__all__ = ["WIDE_SEEDS", "WIDE_RUN", "TerminalSettings", "WidthSettings", "ViTStudySettings",
-           "ViTRun", "ViTStudy", "run_vit", "train_vit_stack_runs", "measure_vit"]
+__all__ = ["SWEEP_SEEDS", "SWEEP_RUN", "DECIDING_SEEDS", "WIDE_SEEDS", "WIDE_RUN",
+           "TerminalSettings", "WidthSettings", "ViTStudySettings", "ViTRun", "ViTStudy",
+           "run_vit", "train_vit_stack_runs", "measure_vit"]
 
 #: The parts of the ViT study (see the module docstring).
 PARTS = ("sweep", "terminal", "wide")
@@ -91,6 +93,14 @@ class TerminalSettings(Settings):
     seeds: tuple[int, ...] = setting((0, 1, 2), reference=confirmatory_seeds(20),
                                      paper=(0, 1, 2, 3, 4), smoke=(0,), ge=0, nonempty=True)
 
+
+#: The sweep's confirmatory seeds: ``SWEEP_SEEDS`` at every image count and ``DECIDING_SEEDS``
+#: (the L6 rule's n_seeds) at the largest, all of the ``SWEEP_RUN``-th confirmatory run: L6's
+#: second, on seeds its first (22 at every count) did not use.
+SWEEP_SEEDS = 22
+DECIDING_SEEDS = 78
+SWEEP_RUN = 2
+_SWEEP_CONFIRMATORY = confirmatory_seeds(DECIDING_SEEDS, run=SWEEP_RUN)
 
 #: Seeds of the wide runs' confirmatory run (the L8 rule's n_seeds), and which confirmatory run
 #: of that rule the reference makes: the second, on seeds the first did not use.
@@ -141,11 +151,12 @@ class ViTStudySettings(Settings):
     (:func:`deit_recipe_of`).
 
     cpu: a small sweep (200, 400 and 800 images, 3 seeds) that CI replays; reference: 1,000,
-    3,000 and 9,000 images on 22 confirmatory seeds (the terminal runs on 20, the wide runs at
-    widths 64 and 128 on 16 seeds of L8's second confirmatory run: the rules' seeds), the stacks
-    spread over two processes; paper: ViT-S (width 384, 12 blocks, 6 heads, 4x4 patches) under
-    the DeiT recipe for 400 epochs at 10,000, 25,000 and 49,000 CIFAR-100 images, its wide twin
-    at width 768, the evaluation pool CIFAR-100's 10,000 test images."""
+    3,000 and 9,000 images on 22 seeds of L6's second confirmatory run, and 56 more of them at
+    9,000 images (the terminal runs on 20, the wide runs at widths 64 and 128 on 16 seeds of
+    L8's second confirmatory run: the rules' seeds), the stacks spread over two processes;
+    paper: ViT-S (width 384, 12 blocks, 6 heads, 4x4 patches) under the DeiT recipe for 400
+    epochs at 10,000, 25,000 and 49,000 CIFAR-100 images, its wide twin at width 768, the
+    evaluation pool CIFAR-100's 10,000 test images."""
 
     recipe: str = setting("plain", paper="deit", choices=("plain", "deit"))
 
@@ -169,8 +180,12 @@ class ViTStudySettings(Settings):
     warmup_epochs: int = setting(0, paper=5, smoke=0, ge=0)
     head_settings: tuple[str, ...] = setting(HEAD_SETTINGS, smoke=SMOKE_HEAD_SETTINGS,
                                              nonempty=True)
-    seeds: tuple[int, ...] = setting((0, 1, 2), reference=confirmatory_seeds(22),
+    seeds: tuple[int, ...] = setting((0, 1, 2), reference=_SWEEP_CONFIRMATORY[:SWEEP_SEEDS],
                                      paper=(0, 1, 2, 3, 4), smoke=(0,), ge=0, nonempty=True)
+    #: Seeds run at the largest image count only, after ``seeds``: the power of the tests
+    #: decided there; the smaller counts give the trend.
+    extra_seeds: tuple[int, ...] = setting((), reference=_SWEEP_CONFIRMATORY[SWEEP_SEEDS:],
+                                           ge=0)
     terminal: TerminalSettings = nested(TerminalSettings)
     wide: WidthSettings = nested(WidthSettings)
     threads: int | None = setting(1, paper=None, ge=1)
@@ -190,6 +205,9 @@ class ViTStudySettings(Settings):
             raise ValueError(f"{name}.head_settings: expected {PAIR} (none and all heads "
                              f"Laplacian, the comparisons of L6-L8) among them, got "
                              f"{self.head_settings!r}")
+        if len(set(self.seeds + self.extra_seeds)) != len(self.seeds) + len(self.extra_seeds):
+            raise ValueError(f"{name}.extra_seeds: expected seeds distinct from each other and "
+                             f"from seeds={self.seeds!r}, got {self.extra_seeds!r}")
         if list(self.wide.dims) != sorted(set(self.wide.dims)) or self.wide.dims[0] <= self.dim:
             raise ValueError(f"{name}.wide.dims: expected increasing widths above dim="
                              f"{self.dim}, got {self.wide.dims!r}")
@@ -366,7 +384,9 @@ def run_vit(settings: ViTStudySettings | None = None,
     images = images or study_images(settings)
     device = profile.current().device
     ckpt = RunDir("laplacian_study_vit", settings)
-    jobs = [("sweep", n, settings.dim, s, settings.seeds)
+    largest = settings.n_train[-1]
+    jobs = [("sweep", n, settings.dim, s,
+             settings.seeds + (settings.extra_seeds if n == largest else ()))
             for n in settings.n_train for s in settings.head_settings]
     jobs += [("terminal", settings.terminal.n_train, settings.dim, s, settings.terminal.seeds)
              for s in PAIR]

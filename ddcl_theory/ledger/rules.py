@@ -457,7 +457,7 @@ L6_GAP_WHY = ("0.4 points, half the paper's smaller gap (ImageNet, +0.87 points)
 L6_SLOPE_SESOI = 0.001
 L6_SLOPE_WHY = ("0.1 points per Laplacian head: the all - none SESOI spread evenly over the 4 "
                 "heads of a layer (a linear rise that reaches 0.4 points with all heads)")
-L6_SEEDS = 22
+L6_SEEDS = 78
 RULES["L6"] = Rule(
     tests=(
         Test("accuracy on the evaluation pool, all heads Laplacian - none (same seed)", ">",
@@ -468,19 +468,23 @@ RULES["L6"] = Rule(
     ),
     n_seeds=L6_SEEDS,
     scales="training images (separate runs at 1,000, 3,000 and 9,000 images, each read at its "
-           "validation optimum)",
-    power="5 exploratory seeds (0-4) at the reference settings gave per-seed spreads at 9,000 "
-          "images of 0.81 points (all - none) and 0.29 points per head (slope): 80% power to "
-          "tell 0 from the SESOI needs 35 and 66 seeds. The chapter's budget of about an hour "
-          "of one core caps the seeds at 22 (a seed of the sweep costs about 2 minutes), which "
-          "detect 0.51 points and 0.18 points per head with 80% power; about 66 seeds, some 2 "
-          "hours of one core, would decide a slope as small as the SESOI",
+           "validation optimum; 78 seeds at 9,000 images, 22 of them at the smaller counts)",
+    power="the first confirmatory run (22 seeds, 1000-1021, at every image count), exploratory "
+          "for this one, gave per-seed spreads at 9,000 images of 1.24 points (all - none; its "
+          "5-seed pilot had 0.81) and 0.27 points per head (slope): 80% power to tell 0 from the "
+          "SESOI needs 78 and 60 seeds; 78 run at 9,000 images, which detect 0.40 points and "
+          "0.09 points per head. A seed there costs about a minute of one core for the four "
+          "head settings; the smaller counts, which give the trend, keep 22 seeds",
     gates=("every run at the largest image count stops past its validation-loss optimum "
            "(early stopping on a validation split carved from the training images, under a "
            "cosine schedule), not at the epoch cap",),
     note="The evaluation pool's 10,000 images are CIFAR-10 training images no run trains on; "
          "the standard error their sampling adds to a seed's gap is shown beside the seed "
-         "spread. The paper's +0.87 (ImageNet) and +1.92 (CIFAR-100) points are set beside.",
+         "spread. The paper's +0.87 (ImageNet) and +1.92 (CIFAR-100) points are set beside. "
+         "This is the rule's second confirmatory run, on seeds the first did not use (2000 "
+         "onwards): the first said inconclusive at 9,000 images, all - none +0.35 [-0.20, "
+         "+0.89] points and slope +0.075 [-0.045, +0.195] points per head, with 22 seeds where "
+         "its spreads asked for 78 and 60; this run is sized on those spreads.",
 )
 
 L7_SESOI = 0.10
@@ -507,7 +511,10 @@ RULES["L7"] = Rule(
     power="5 exploratory seeds (0-4) at the reference settings gave per-seed spreads of 13% "
           "(within-sequence variance, 9,000 images), 8% (between-class variance) and 15% (NC1 "
           "in the terminal phase): 80% power to tell 0 from the SESOI needs 16, 7 and 20 "
-          "seeds, so 20 (the sweep runs 22, the terminal runs 20)",
+          "seeds, so 20. The variances are read on the sweep's runs at 9,000 images, the 78 "
+          "seeds of L6's second confirmatory run (22 at the smaller counts; the first, on "
+          "seeds 1000-1021, said not reproduced for both, at +18.4 [+13.0, +23.7]% and -15.0 "
+          "[-18.5, -11.5]%); the terminal runs are on 20 seeds (1000-1019)",
     gates=("every run at the largest image count stops past its validation-loss optimum, not "
            "at the epoch cap",
            "every terminal-phase run fits its training images to at least 99% accuracy"),

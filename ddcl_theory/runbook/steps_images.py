@@ -184,13 +184,14 @@ def learned_attention_examples(s: Any) -> dict[str, int]:
 
 def vit_study_examples(s: Any) -> dict[str, int]:
     """:func:`vit_study`'s epochs, each counting its stack's seeds x n images (the stacked
-    labels (S, b)): sweep x ``seeds``, terminal x ``terminal.seeds``, wide x ``wide.seeds``;
-    a maximum, as there."""
+    labels (S, b)): sweep x ``seeds`` (and ``extra_seeds`` at the largest count), terminal x
+    ``terminal.seeds``, wide x ``wide.seeds``; a maximum, as there."""
     sweep = sum(len(s.head_settings) * s.epochs * n for n in s.n_train)
+    extra = len(s.head_settings) * s.epochs * s.n_train[-1]
     terminal = 2 * s.terminal.epochs * s.terminal.n_train
     wide = len(s.wide.dims) * 2 * s.epochs * s.wide.n_train
-    return _used({"StackedModels": len(s.seeds) * sweep + len(s.terminal.seeds) * terminal
-                  + len(s.wide.seeds) * wide})
+    return _used({"StackedModels": len(s.seeds) * sweep + len(s.extra_seeds) * extra
+                  + len(s.terminal.seeds) * terminal + len(s.wide.seeds) * wide})
 
 
 def dense_features_examples(s: Any) -> dict[str, int]:

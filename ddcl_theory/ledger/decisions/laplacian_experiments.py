@@ -35,6 +35,7 @@ from ddcl_theory.ledger.decisions.scales import scale_change, scale_path, scale_
 from ddcl_theory.ledger.design import Gate, TestResult
 from ddcl_theory.ledger.tolerance import Tolerance
 from ddcl_theory.ledger.verdict import Verdict
+from ddcl_theory.runtime.settings import CONFIRMATORY_SEED_BASE
 
 __all__ = ["L6_TOLERANCE", "L7_TOLERANCE", "L8_TOLERANCE", "PAPER", "TERMINAL_ACCURACY", "gaps",
            "slopes", "relative_change", "item_standard_errors", "optimum_gate", "terminal_gate",
@@ -195,8 +196,10 @@ def decide_l6(study) -> Verdict:
     gap, slope = gaps(study), slopes(study)
     gap_by_scale = [gaps(study, n) for n in st.n_train]
     evidence = (
-        f"{_model(study)} on {study.source}, {tests[0].n_seeds} seeds per head setting, each "
-        f"run read at its validation optimum and scored on the {runs[0].n_eval:,}-image "
+        f"{_model(study)} on {study.source}, {tests[0].n_seeds} seeds per head setting"
+        + (f" at {st.n_train[-1]} images and {len(st.seeds)} at the smaller counts"
+           if st.extra_seeds and len(st.n_train) > 1 else "")
+        + f", each run read at its validation optimum and scored on the {runs[0].n_eval:,}-image "
         f"evaluation pool. Accuracy by Laplacian heads per layer at {st.n_train[-1]} images: "
         + ", ".join(f"{counts[s]}: {100 * a:.2f}%" for s, a in acc[st.n_train[-1]].items())
         + ". All - none: " + "; ".join(f"{_points(r[0])} points at {label}"
@@ -347,6 +350,14 @@ def _widths(study) -> dict[str, dict]:
     return out
 
 
+def _sweep_fresh_for_l8(settings) -> bool:
+    """Whether the sweep's runs (the narrow point) are new to L8's confirmatory run: their seeds
+    belong to a confirmatory run no earlier than the wide runs' (L8's first confirmatory run
+    read the sweep of the first; exploratory seeds are never new)."""
+    run = min(settings.seeds) // CONFIRMATORY_SEED_BASE
+    return run >= 1 and run >= min(settings.wide.seeds) // CONFIRMATORY_SEED_BASE
+
+
 #: The paper's k99 change (547.7 -> 430.4), set beside the decided interval.
 L8_PAPER_CHANGE = 430.4 / 547.7 - 1
 
@@ -449,7 +460,8 @@ def decide_l8(study) -> Verdict:
         + _l8_size(t)
         + _l8_reading(values, pr,
                       {w: r[0].word for w, r in per_scale.items()},
-                      {w: where.get("part") == "wide" for w, where in widths.items()})
+                      {w: where.get("part") == "wide" or _sweep_fresh_for_l8(st)
+                       for w, where in widths.items()})
         + " Every seed trains on the same images and is scored on the same pool: the "
         "intervals cover initialisation and batch order, not the choice of training images."
         + _power_text(rule, tests, ("the k99 change",)) + " " + _gate_text([gate])
