@@ -81,9 +81,11 @@ paper: data
 
 ## Rerun chapters under the reference profile (CPU, the seeds and scales the verdict rules demand)
 ## into _build/reference, verdicts and provenance into results/reference (committed). Resumes like
-## `make paper`; FORCE=1 reruns from scratch.
+## `make paper`; FORCE=1 reruns from scratch. The chapters run side by side on CORES cores (each
+## on the cores its committed provenance shows it using; the ledger last).
+CORES ?= 2
 reference: data
-	DDCL_PROFILE=reference $(VENV)/python -m ddcl_theory.ledger.goldens write $(if $(FORCE),--force) $(NAMES)
+	DDCL_PROFILE=reference $(VENV)/python -m ddcl_theory.ledger.goldens write --cores $(CORES) $(if $(FORCE),--force) $(NAMES)
 
 ## The committed reference results against the code: fails on a stale one (its experiment's
 ## source changed since it was computed) or one without provenance.

@@ -205,6 +205,12 @@ def test_summary_rows_and_markdown(tmp_path):
     text = reference.summary_markdown([dict(row, cpu_seconds=90.0)])
     assert "| chap | D13 | `abc` | 1.5 | 0.2 | 2.x |" in text
     assert "Total of the reference run: 2 CPU minutes (0.0 h), 0 wall minutes." in text
+    # two one-core chapters of 60 and 90 CPU minutes share the two cores: 90 minutes
+    rows = [dict(row, chapter="a", seconds=7200.0, cpu_seconds=3600.0),
+            dict(row, chapter="b", seconds=5400.0, cpu_seconds=5400.0)]
+    assert ("Side by side on 2 cores (`make reference`), each chapter on the cores it keeps "
+            "busy, the longest first: about 90 wall minutes (1.5 h).") in \
+        reference.summary_markdown(rows)
     (tmp_path / "ddcl_theory" / "layers" / "bar.py").write_text("X = 3\n")
     assert reference.summary(folder, tmp_path)[0]["stale"]
     assert "No reference run" in reference.summary_markdown([])

@@ -8,7 +8,7 @@ golden is missing or its cells differ from its source (a stale golden).
     python -m ddcl_theory.ledger.goldens check
     python -m ddcl_theory.ledger.goldens compare DIR [NAME ...]  # executed copies in DIR vs goldens
     DDCL_PROFILE=paper python -m ddcl_theory.ledger.goldens write [--out DIR] [--force] [NAME ...]
-    DDCL_PROFILE=reference python -m ddcl_theory.ledger.goldens write [--force] [NAME ...]
+    DDCL_PROFILE=reference python -m ddcl_theory.ledger.goldens write [--force] [--cores N] [NAME]
 
 Under the paper (reference) profile the executed notebooks go to ``--out`` (default
 ``_build/paper``, ``_build/reference``), never over the committed cpu-profile goldens. In those
@@ -21,7 +21,8 @@ next unfinished unit of its experiments: ``runtime.rundir.RunDir``). ``--force``
 chapters and ignores the experiments' checkpoints too (``DDCL_RESUME=0``). Under the reference
 profile the chapter's provenance, with a digest of the code it ran, is also written to
 ``results/reference/provenance/<chapter>.json`` (:mod:`ddcl_theory.ledger.reference`), to be
-committed with the reference verdicts.
+committed with the reference verdicts. ``--cores N`` runs the chapters side by side, each in
+its own process (:mod:`ddcl_theory.ledger.side_by_side`).
 """
 from __future__ import annotations
 
@@ -264,6 +265,27 @@ def require_clean_tree() -> None:
                          f"{ALLOW_DIRTY_ENV}=1 overrides, for tests)")
 
 
+def _write_side_by_side(chosen: list[Path], cores: int, out: Path | None, force: bool) -> int:
+    """``write`` of each chapter in its own process, side by side on ``cores`` cores (longest
+    first by the committed reference provenance; the ledger chapters last); logs under
+    ``<out or _build>/logs``."""
+    from ddcl_theory.ledger import side_by_side
+    committed = ({name: entry["provenance"] for name, entry in reference.read_reference().items()}
+                 if profile.current().is_reference else {})
+    last = [p.stem for p in chosen if "build_ledger" in p.read_text(encoding="utf-8")]
+    jobs = side_by_side.jobs_of([p.stem for p in chosen], committed, cores, last)
+    print(side_by_side.describe_plan(side_by_side.plan(jobs, cores), cores), flush=True)
+    flags = [*(["--out", str(out)] if out is not None else []), *(["--force"] if force else [])]
+    log_dir = (out or notebooks_dir().parent / "_build") / "logs"
+    status = side_by_side.run(jobs, cores, side_by_side.goldens_command(flags), log_dir,
+                              say=lambda line: print(line, flush=True))
+    failed = sorted(name for name, rc in status.items() if rc)
+    print("side by side: every chapter ran" if not failed else
+          f"side by side: {len(failed)} chapter(s) failed or skipped: {', '.join(failed)}",
+          flush=True)
+    return 1 if failed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("command", choices=["write", "check", "compare"])
@@ -275,7 +297,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true",
                         help="with --out: rerun chapters already executed with the same "
                              "provenance, and ignore the experiments' checkpoints")
+    parser.add_argument("--cores", type=int, default=1,
+                        help="write: run the chapters side by side, each in its own process, "
+                             "on this many cores (ddcl_theory.ledger.side_by_side)")
     args = parser.parse_intermixed_args(argv)
+    if args.cores < 1:
+        raise SystemExit(f"--cores: expected >= 1, got {args.cores}")
     if args.command == "compare":
         if not args.names:
             raise SystemExit("compare: name the folder of executed notebooks first")
@@ -307,6 +334,8 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(str(err)) from None
         if args.force:
             os.environ[RESUME_ENV] = "0"       # the kernels inherit it
+        if args.cores > 1:
+            return _write_side_by_side(sources(args.names), args.cores, out, args.force)
         for source in sources(args.names):
             record = chapter_provenance(source) if resumable else None
             if resumable and not args.force and completed(source, out, record):

@@ -30,10 +30,13 @@ from pathlib import Path
 
 import numpy as np
 
+from ddcl_theory.ledger import side_by_side
 from ddcl_theory.runtime.io import write_json
 from ddcl_theory.runtime.paths import repo_root, results_dir
 
 REFERENCE = "reference"
+#: The cores of the machine the reference budget is stated for (about 5 hours on two).
+SIDE_BY_SIDE_CORES = 2
 #: The subpackages whose code decides a reference result (the science and the experiments);
 #: ``runtime`` and ``ledger`` (how results are stored and shown) are left out.
 SCIENCE = ("experiments", "layers", "models", "theory", "metrics", "data", "functional", "bench")
@@ -520,6 +523,12 @@ def summary_markdown(rows: list[dict]) -> str:
     cpu = sum(r.get("cpu_seconds") or 0 for r in rows)
     lines.append(f"\nTotal of the reference run: {cpu / 60:.0f} CPU minutes "
                  f"({cpu / 3600:.1f} h), {wall / 60:.0f} wall minutes.")
+    jobs = side_by_side.jobs_of([r["chapter"] for r in rows], {r["chapter"]: r for r in rows},
+                                SIDE_BY_SIDE_CORES)
+    side = side_by_side.projected_seconds(side_by_side.plan(jobs, SIDE_BY_SIDE_CORES))
+    lines.append(f"Side by side on {SIDE_BY_SIDE_CORES} cores (`make reference`), each chapter on "
+                 f"the cores it keeps busy, the longest first: about {side / 60:.0f} wall "
+                 f"minutes ({side / 3600:.1f} h).")
     resumed = [f"{r['chapter']} (units at `{r['units_commit']}`)" for r in rows
                if r.get("units_commit")]
     if resumed:

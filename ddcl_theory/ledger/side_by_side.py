@@ -1,0 +1,163 @@
+"""Chapters run side by side: each in its own process on the cores it keeps busy, longest first,
+the ledger chapters (which read every other chapter's verdicts) after the others.
+
+A chapter's cost and width come from its committed reference provenance
+(``results/reference/provenance/<chapter>.json``): it keeps ``round(cpu / wall)`` cores busy
+(one, or the two workers of a study that spreads its stacks). A one-core chapter takes its CPU
+seconds when it has its core to itself (its recorded wall time may include waiting on others);
+a wider one takes its recorded wall time (its workers do not overlap perfectly). A chapter with no provenance counts as one core and starts first
+(its length is unknown). :func:`plan` simulates the order :func:`run` follows, so the projected
+wall time is printed before anything starts.
+"""
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["Job", "jobs_of", "next_job", "plan", "projected_seconds", "describe_plan", "run",
+           "goldens_command"]
+
+
+@dataclass(frozen=True)
+class Job:
+    """One chapter to execute.
+
+    Attributes:
+        name: the chapter's source stem.
+        seconds: expected wall seconds with its cores to itself (``inf`` when unknown).
+        cores: cores it keeps busy (>= 1).
+        last: it reads the other chapters' verdicts, so it starts after every other job ended.
+    """
+
+    name: str
+    seconds: float
+    cores: int = 1
+    last: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.cores, bool) or not isinstance(self.cores, int) or self.cores < 1:
+            raise ValueError(f"cores: expected an int >= 1, got {self.cores!r}")
+        if not self.seconds >= 0:
+            raise ValueError(f"seconds: expected >= 0 (inf when unknown), got {self.seconds!r}")
+
+
+def jobs_of(names: Sequence[str], provenance: Mapping[str, dict | None], cores: int,
+            last: Sequence[str] = ()) -> list[Job]:
+    """The :class:`Job` of each chapter in ``names``, from its committed provenance (a dict
+    with ``seconds`` and ``cpu_seconds``, or None), at most ``cores`` wide; ``last``: the
+    chapters that read the others' verdicts."""
+    if cores < 1:
+        raise ValueError(f"cores: expected >= 1, got {cores}")
+    out = []
+    for name in names:
+        record = provenance.get(name) or {}
+        wall, cpu = record.get("seconds"), record.get("cpu_seconds")
+        if wall and cpu:
+            width = min(cores, max(1, round(cpu / wall)))
+            out.append(Job(name, float(cpu if width == 1 else max(wall, cpu / width)), width,
+                           name in last))
+        else:
+            out.append(Job(name, math.inf, 1, name in last))
+    return out
+
+
+def next_job(pending: Sequence[Job], free: int, others_running: bool) -> Job | None:
+    """The job to start on ``free`` idle cores: the longest pending one that fits (unknown
+    lengths first); a ``last`` job only when nothing else is pending or running. None when
+    none may start now."""
+    ordinary = [j for j in pending if not j.last]
+    if ordinary:
+        fits = [j for j in ordinary if j.cores <= free]
+        return max(fits, key=lambda j: j.seconds) if fits else None
+    if others_running:
+        return None
+    return next((j for j in pending if j.cores <= free), None)
+
+
+def plan(jobs: Sequence[Job], cores: int) -> list[tuple[float, Job]]:
+    """(start second, job) of each job when every job lasts its ``seconds`` (unknown ones:
+    0), in start order: the schedule :func:`run` follows."""
+    pending, running, clock, out = list(jobs), [], 0.0, []
+    while pending or running:
+        free = cores - sum(j.cores for _, j in running)
+        job = next_job(pending, free, bool(running))
+        if job is not None:
+            pending.remove(job)
+            length = job.seconds if math.isfinite(job.seconds) else 0.0
+            running.append((clock + length, job))
+            out.append((clock, job))
+            continue
+        if not running:
+            raise RuntimeError("plan: a job needs more cores than the machine has")
+        clock, done = min(running, key=lambda r: r[0])
+        running.remove((clock, done))
+    return out
+
+
+def projected_seconds(schedule: Sequence[tuple[float, Job]]) -> float:
+    """When the last job of a :func:`plan` with a known length ends."""
+    return max((t + j.seconds for t, j in schedule if math.isfinite(j.seconds)), default=0.0)
+
+
+def describe_plan(schedule: Sequence[tuple[float, Job]], cores: int) -> str:
+    """The plan in lines: each chapter's start, cores and expected minutes, then the projected
+    wall time against running them one after another."""
+    lines = [f"{len(schedule)} chapter(s) on {cores} core(s), longest first:"]
+    for start, job in schedule:
+        minutes = (f"{job.seconds / 60:.0f} min" if math.isfinite(job.seconds)
+                   else "length unknown")
+        lines.append(f"  +{start / 60:5.0f} min  {job.name} ({job.cores} core(s), {minutes})")
+    end = projected_seconds(schedule)
+    serial = sum(j.seconds for _, j in schedule if math.isfinite(j.seconds))
+    lines.append(f"projected wall time {end / 60:.0f} min, one after another {serial / 60:.0f} "
+                 f"min (from the committed provenance; unknown lengths not counted)")
+    return "\n".join(lines)
+
+
+def run(jobs: Sequence[Job], cores: int, command: Callable[[Job], Sequence[str]],
+        log_dir: Path, poll: float = 1.0, say: Callable[[str], None] = print) -> dict[str, int]:
+    """Execute ``command(job)`` for every job, in the order of :func:`plan`, each with its
+    output in ``log_dir/<name>.log``; the ``last`` jobs are skipped when another failed.
+    Returns ``{name: exit status}`` (-1: skipped)."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    pending, running, status = list(jobs), {}, {}
+    started = time.monotonic()
+    while pending or running:
+        free = cores - sum(job.cores for job, _, _ in running.values())
+        job = next_job(pending, free, bool(running))
+        if job is not None and job.last and any(status.values()):
+            pending.remove(job)
+            status[job.name] = -1
+            say(f"skipped {job.name}: a chapter before it failed")
+            continue
+        if job is not None:
+            pending.remove(job)
+            log = open(log_dir / f"{job.name}.log", "w", encoding="utf-8")
+            proc = subprocess.Popen(list(command(job)), stdout=log, stderr=subprocess.STDOUT)
+            running[job.name] = (job, proc, log)
+            say(f"[{(time.monotonic() - started) / 60:4.0f} min] started {job.name} "
+                f"({job.cores} core(s))")
+            continue
+        if not running:
+            raise RuntimeError("run: a job needs more cores than the machine has")
+        time.sleep(poll)
+        for name, (job, proc, log) in list(running.items()):
+            if proc.poll() is not None:
+                log.close()
+                del running[name]
+                status[name] = proc.returncode
+                say(f"[{(time.monotonic() - started) / 60:4.0f} min] finished {name}: "
+                    + ("ok" if proc.returncode == 0 else
+                       f"exit status {proc.returncode}, see {log_dir / (name + '.log')}"))
+    return status
+
+
+def goldens_command(flags: Sequence[str] = ()) -> Callable[[Job], list[str]]:
+    """The command that executes one chapter: this interpreter's ``goldens write`` of it."""
+    return lambda job: [sys.executable, "-m", "ddcl_theory.ledger.goldens", "write", *flags,
+                        job.name]
