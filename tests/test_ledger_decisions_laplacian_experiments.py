@@ -11,6 +11,7 @@ import pytest
 
 from ddcl_theory.experiments import laplacian_study as ls
 from ddcl_theory.ledger.claims import rule_of
+from ddcl_theory.ledger import resampling, stats
 from ddcl_theory.ledger.decisions import laplacian_experiments as dec
 from ddcl_theory.metrics.geometry import AnovaSplit
 
@@ -107,15 +108,39 @@ def test_l6_is_reproduced_when_accuracy_rises_by_more_than_the_sesoi():
     assert [t.word for t in v.tests] == ["reproduced", "reproduced"]
     assert list(v.trend) == ["100 images", "300 images"]
     assert v.tests[1].estimate == pytest.approx(0.005, abs=5e-4)
-    assert set(v.per_seed) == {t.statistic for t in rule_of("L6").tests}
+    statistics = [t.statistic for t in rule_of("L6").tests]
+    assert list(v.per_seed)[:2] == statistics
     assert all(len(x) == v.n_seeds for x in v.per_seed.values())
     assert "82.32" in v.evidence and v.gates[0].passed
+
+
+def test_l6_intervals_resample_seeds_and_pool_images_from_the_committed_items():
+    s = l6_study(acc=rising(0.005))
+    v = dec.decide_l6(s)
+    assert [t.method for t in v.tests] == ["bootstrap over seeds and items"] * 2
+    # the per-image values average to the per-seed ones
+    assert dec.item_gaps(s).mean(axis=1) == pytest.approx(dec.gaps(s), abs=1e-12)
+    assert dec.item_slopes(s).mean(axis=1) == pytest.approx(dec.slopes(s), abs=1e-12)
+    # the committed packed bits give back the per-image values and the same interval
+    keys = [k for k in v.per_seed if k.startswith("correct on each pool image")]
+    assert len(keys) == 4 and "0 Laplacian heads" in keys[0] and "4 Laplacian heads" in keys[-1]
+    bits = {k: np.stack([np.unpackbits(np.frombuffer(bytes.fromhex(h), np.uint8))[:N_EVAL]
+                         for h in v.per_seed[k]]).astype(float) for k in keys}
+    assert np.array_equal(bits[keys[-1]] - bits[keys[0]], dec.item_gaps(s))
+    again = resampling.bootstrap_crossed(bits[keys[-1]] - bits[keys[0]])
+    assert [again.low, again.high] == pytest.approx(v.tests[0].interval)
+    # a shared per-image effect that seeds cannot average out widens the interval beyond the
+    # seed-only one
+    seed_only = stats.paired_t(s.values("eval_acc", "all"), s.values("eval_acc", "0"))
+    assert v.tests[0].interval[1] - v.tests[0].interval[0] > seed_only.high - seed_only.low
 
 
 def test_l6_is_not_reproduced_for_a_wrong_sign_and_for_a_negligible_gain():
     assert dec.decide_l6(l6_study(acc=rising(-0.005))).word == "not reproduced"
     small = dec.decide_l6(l6_study(acc=rising(0.0002), noise=0.001))   # +0.08 points
-    assert small.word == "not reproduced" and small.tests[0].interval[0] > 0
+    # below the SESOI (the pool's 1,000 images cannot tell +0.08 points from 0)
+    assert small.word == "not reproduced"
+    assert small.tests[0].interval[1] < rule_of("L6").tests[0].sesoi
 
 
 def test_l6_is_inconclusive_when_the_interval_holds_margin_and_sesoi():
@@ -220,7 +245,7 @@ def test_l8_words_at_the_widest_model():
     assert ("The k99 change's point estimate " in text
             and "over the widths (-20.0%, -20.0%, -20.0%); from d=8 to d=16 the change moves"
             in text)
-    assert "(Welch, independent runs), and from d=12 to d=16" in text
+    assert "(Welch, as if the widths' runs were independent), and from d=12 to d=16" in text
     assert "(paired by seed)" in text
     assert ("The rule's test at each width: d=8 reproduced (the sweep's runs, seen before this "
             "run); d=12 reproduced; d=16 reproduced.") in text

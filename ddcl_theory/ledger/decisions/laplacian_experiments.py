@@ -9,7 +9,8 @@ that failed (a deciding run cut by the epoch cap before its validation optimum, 
 run short of 99% training accuracy). The other scales give the trend.
 
 * L6: accuracy on the evaluation pool, all heads Laplacian - none, and the per-seed slope over
-  the number of Laplacian heads, at each training-image count (decided at the largest);
+  the number of Laplacian heads, at each training-image count (decided at the largest), each
+  interval a crossed bootstrap over seeds and pool images;
 * L7: relative changes (all / none - 1) of the absolute within-sequence and between-class
   variances of the tokens after the final LayerNorm (largest image count), and of NC1 on the
   training images of the terminal-phase runs; every layer, the stream before the LayerNorm and
@@ -33,12 +34,14 @@ from ddcl_theory.ledger import stats
 from ddcl_theory.ledger.claims import rule_of
 from ddcl_theory.ledger.decisions.scales import scale_change, scale_path, scale_text
 from ddcl_theory.ledger.design import Gate, TestResult
+from ddcl_theory.ledger.resampling import bootstrap_crossed
 from ddcl_theory.ledger.tolerance import Tolerance
 from ddcl_theory.ledger.verdict import Verdict
 from ddcl_theory.runtime.settings import CONFIRMATORY_SEED_BASE
 
 __all__ = ["L6_TOLERANCE", "L7_TOLERANCE", "L8_TOLERANCE", "PAPER", "TERMINAL_ACCURACY", "gaps",
-           "slopes", "relative_change", "item_standard_errors", "optimum_gate", "terminal_gate",
+           "slopes", "item_correct", "item_gaps", "item_slopes", "l6_samples", "packed_items",
+           "relative_change", "item_standard_errors", "optimum_gate", "terminal_gate",
            "trend_of", "variance_changes", "decide_l6", "decide_l7", "decide_l8"]
 
 #: How far the numbers quoted by L6, L7 and L8 may move between machines: 3x the largest
@@ -86,6 +89,53 @@ def slopes(study, n_train: int | None = None) -> np.ndarray:
     acc = np.stack([study.values("eval_acc", s, n_train=n_train) for s in counts])
     x = np.array(list(counts.values()), dtype=float)
     return np.polyfit(x, acc, 1)[0]
+
+
+def _head_weights(study) -> np.ndarray:
+    """Least-squares slope weights over the head settings' Laplacian head counts: the slope of
+    values ``y`` (one per setting) is ``weights @ y``, shape (settings,)."""
+    x = np.array(list(study.counts().values()), dtype=float)
+    return (x - x.mean()) / np.sum((x - x.mean()) ** 2)
+
+
+def item_correct(study, setting: str, n_train: int | None = None) -> np.ndarray:
+    """Per seed and pool image, whether the run of ``setting`` classified it correctly, shape
+    (seeds, images)."""
+    return np.stack([r.correct_items.astype(float) for r in study.by(setting, n_train=n_train)])
+
+
+def item_gaps(study, n_train: int | None = None) -> np.ndarray:
+    """Per seed and pool image, all - none correctness, shape (seeds, images); its mean over
+    images is :func:`gaps`."""
+    return item_correct(study, _ALL, n_train) - item_correct(study, _BASE, n_train)
+
+
+def item_slopes(study, n_train: int | None = None) -> np.ndarray:
+    """Per seed and pool image, the least-squares slope of correctness over the number of
+    Laplacian heads, shape (seeds, images); its mean over images is :func:`slopes`."""
+    weights = _head_weights(study)
+    return sum(w * item_correct(study, s, n_train) for w, s in zip(weights, study.counts()))
+
+
+def l6_samples(study, n_train: int | None = None) -> list[tuple[stats.Interval, float]]:
+    """What L6's two tests are decided on at ``n_train`` images: the crossed bootstrap over
+    seeds and pool images of the per-image gap and slope (every seed is scored on the same
+    pool, so the pool's sampling does not average out over seeds), each with its per-seed
+    spread for the power analysis."""
+    out = []
+    for per_seed, per_item in ((gaps(study, n_train), item_gaps(study, n_train)),
+                               (slopes(study, n_train), item_slopes(study, n_train))):
+        spread = float(np.std(per_seed, ddof=1)) if per_seed.size > 1 else float("nan")
+        out.append((bootstrap_crossed(per_item), spread))
+    return out
+
+
+def packed_items(study, n_train: int | None = None) -> dict[str, list[str]]:
+    """Per head setting, each seed's correctness on every pool image as hex of
+    ``numpy.packbits`` (the committed per-item values behind L6's intervals)."""
+    return {f"correct on each pool image, {k} Laplacian heads per layer (numpy.packbits, hex)":
+            [r.correct.hex() for r in study.by(s, n_train=n_train)]
+            for s, k in study.counts().items()}
 
 
 def relative_change(study, field: str, **where) -> np.ndarray:
@@ -177,12 +227,13 @@ def _model(study) -> str:
 
 # ------------------------------------------------------------------------------- L6
 def decide_l6(study) -> Verdict:
-    """L6: evaluation accuracy, all heads Laplacian - none > 0 (paired t) and the per-seed
-    slope over the number of Laplacian heads > 0 (one-sample t), at each image count; decided
-    at the largest, whose runs must all be read at their validation optimum."""
+    """L6: evaluation accuracy, all heads Laplacian - none > 0 and the per-seed slope over the
+    number of Laplacian heads > 0, each by a crossed bootstrap over seeds and pool images
+    (:func:`l6_samples`), at each image count; decided at the largest, whose runs must all be
+    read at their validation optimum."""
     rule = rule_of("L6")
     st = study.settings
-    per_scale = {label: rule.evaluate([gaps(study, n), slopes(study, n)])
+    per_scale = {label: rule.evaluate(l6_samples(study, n))
                  for n, label in zip(st.n_train, st.scales)}
     tests = per_scale[st.scales[-1]]
     runs = [r for s in st.head_settings for r in study.by(s)]
@@ -223,7 +274,8 @@ def decide_l6(study) -> Verdict:
         scale=f"{st.n_train[-1]} training images, d={st.dim}",
         trend=trend_of(per_scale, binding), tolerance=L6_TOLERANCE, tests=tuple(tests),
         gates=(gate,),
-        per_seed={rule.tests[0].statistic: gap.tolist(), rule.tests[1].statistic: slope.tolist()})
+        per_seed={rule.tests[0].statistic: gap.tolist(), rule.tests[1].statistic: slope.tolist(),
+                  **packed_items(study)})
 
 
 # ------------------------------------------------------------------------------- L7
@@ -400,7 +452,7 @@ def _l8_reading(per_seed: dict[str, np.ndarray], pr: dict, words: dict[str, str]
     text += (f" The k99 change's point estimate {scale_path(estimates)} over the widths ("
              + ", ".join(f"{100 * e:+.1f}%" for e in estimates) + f"); from {labels[0]} to "
              f"{labels[-1]} the change moves {est:+.1f} [{low:+.1f}, {high:+.1f}] points "
-             "(Welch, independent runs)")
+             "(Welch, as if the widths' runs were independent)")
     a, b = per_seed[labels[-2]], per_seed[labels[-1]]
     if len(labels) > 2 and a.size == b.size and a.size > 1 and fresh[labels[-2]]:
         iv = stats.paired_t(b, a)
