@@ -209,8 +209,16 @@ def test_summary_rows_and_markdown(tmp_path):
     rows = [dict(row, chapter="a", seconds=7200.0, cpu_seconds=3600.0),
             dict(row, chapter="b", seconds=5400.0, cpu_seconds=5400.0)]
     assert ("Side by side on 2 cores (`make reference`), each chapter on the cores it keeps "
-            "busy, the longest first: about 90 wall minutes (1.5 h).") in \
+            "busy: about 90 wall minutes (1.5 h), projected from these rows (the chapters "
+            "without a reference run, which settle no empirical claim, not counted).") in \
         reference.summary_markdown(rows)
+    # a chapter whose settings record two workers keeps both cores for its recorded wall
+    # time: 120 + 90 minutes
+    rows[0]["settings"] = {"Study": {"workers": 2, "threads": 1}}
+    rows[1]["stale"] = True
+    assert ("about 210 wall minutes (3.5 h), projected from these rows (the chapters without a "
+            "reference run, which settle no empirical claim, not counted), some of them "
+            "stale.") in reference.summary_markdown(rows)
     (tmp_path / "ddcl_theory" / "layers" / "bar.py").write_text("X = 3\n")
     assert reference.summary(folder, tmp_path)[0]["stale"]
     assert "No reference run" in reference.summary_markdown([])

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
+import time
 
 import pytest
 
 from ddcl_theory.ledger import goldens
 from ddcl_theory.ledger import side_by_side as sbs
+from ddcl_theory.runtime import profile
 
 PROVENANCE = {
     "wide": {"seconds": 100.0, "cpu_seconds": 190.0},     # two workers: 2 cores, 100 s
@@ -18,6 +21,18 @@ PROVENANCE = {
     "short": {"seconds": 30.0, "cpu_seconds": 29.0},
     "ledger": {"seconds": 10.0, "cpu_seconds": 10.0},
 }
+
+
+def test_a_chapter_is_as_wide_as_its_recorded_workers_and_threads():
+    record = {"seconds": 100.0, "cpu_seconds": 120.0,            # 1.2: one core by the clock
+              "settings": {"Study": {"workers": 2, "threads": 1, "inner": {"seeds": [1]}}}}
+    [job] = sbs.jobs_of(["x"], {"x": record}, 4)
+    assert (job.cores, job.seconds) == (2, 100.0)
+    record["settings"]["Study"]["threads"] = 2
+    assert sbs.jobs_of(["x"], {"x": record}, 4)[0].cores == 4
+    assert sbs.jobs_of(["x"], {"x": record}, 3)[0].cores == 3     # never wider than the machine
+    record["settings"] = {"Study": {"seeds": [1, 2]}}             # none recorded: by the clock
+    assert sbs.jobs_of(["x"], {"x": record}, 4)[0] == sbs.Job("x", 120.0, 1)
 
 
 def test_jobs_take_their_cores_and_length_from_the_provenance():
@@ -86,8 +101,34 @@ def test_run_follows_the_plan_and_skips_the_ledger_after_a_failure(tmp_path):
     assert (tmp_path / "logs" / "a.log").is_file()
     failed = sbs.run(jobs, 2, _sleeper(tmp_path, fail=("b",)), tmp_path / "logs", poll=0.02,
                      say=lines.append)
-    assert failed == {"a": 0, "b": 1, "c": 0, "ledger": -1}
+    assert failed == {"a": 0, "b": 1, "c": 0, "ledger": None}
     assert "skipped ledger: a chapter before it failed" in lines
+    # each run appends to the chapter's log
+    assert (tmp_path / "logs" / "a.log").read_text().count("--- ") == 2
+
+
+def test_jobs_still_running_are_stopped_when_the_run_is_left_early(tmp_path):
+    def command(job):
+        code = (f"import os, time; open(r'{tmp_path / job.name}.pid', 'w').write(str(os.getpid()));"
+                f" time.sleep(60)")
+        return [sys.executable, "-c", code]
+
+    def say(line):
+        if line.endswith("started b (1 core(s))"):
+            files = [tmp_path / f"{name}.pid" for name in ("a", "b")]
+            deadline = time.monotonic() + 30
+            while not all(f.is_file() and f.read_text() for f in files):
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            raise KeyboardInterrupt("stop")
+
+    jobs = [sbs.Job("a", 2.0, 1), sbs.Job("b", 1.0, 1)]
+    with pytest.raises(KeyboardInterrupt):
+        sbs.run(jobs, 2, command, tmp_path / "logs", poll=0.02, say=say)
+    for name in ("a", "b"):
+        pid = int((tmp_path / f"{name}.pid").read_text())
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)                            # terminated and reaped
 
 
 def test_goldens_write_runs_side_by_side_and_fails_when_a_chapter_fails(monkeypatch, capsys,
@@ -104,10 +145,35 @@ def test_goldens_write_runs_side_by_side_and_fails_when_a_chapter_fails(monkeypa
                          "decomposition"]) == 0
     assert seen["cores"] == 2 and seen["jobs"]["ledger"].last
     assert not seen["jobs"]["decomposition"].last
-    assert seen["command"][1:5] == ["-m", "ddcl_theory.ledger.goldens", "write", "--out"]
-    assert seen["log_dir"] == tmp_path / "logs"
+    first = next(iter(seen["jobs"]))
+    assert seen["command"] == [sys.executable, "-m", "ddcl_theory.ledger.goldens", "write",
+                               "--out", str(tmp_path.resolve()), first]
+    assert seen["log_dir"] == tmp_path.resolve() / "logs"
+    assert goldens.main(["write", "--cores", "2", "--force", "decomposition"]) == 0
+    assert seen["command"][-2:] == ["--force", "decomposition"]
+    assert seen["log_dir"] == goldens.notebooks_dir().parent / "_build" / "logs"
     assert "projected wall time" in capsys.readouterr().out
     monkeypatch.setattr(sbs, "run", lambda jobs, *a, **k: {j.name: 1 for j in jobs})
     assert goldens.main(["write", "--cores", "2", "--out", str(tmp_path), "decomposition"]) == 1
     with pytest.raises(SystemExit, match="--cores: expected >= 1"):
         goldens.main(["write", "--cores", "0"])
+
+
+def test_goldens_write_plans_the_reference_from_its_committed_rows(monkeypatch, capsys,
+                                                                  tmp_path):
+    seen = {}
+    monkeypatch.setenv(profile.PROFILE_ENV, "reference")
+    monkeypatch.setenv(goldens.ALLOW_DIRTY_ENV, "1")
+    monkeypatch.setattr(goldens.reference, "summary", lambda: [
+        {"chapter": "decomposition", "seconds": 100.0, "cpu_seconds": 60.0,
+         "settings": {"S": {"workers": 2, "threads": 1}}}])
+    monkeypatch.setattr(sbs, "run", lambda jobs, *a, **k: seen.update(jobs=jobs) or
+                        {j.name: 0 for j in jobs})
+    assert goldens.main(["write", "--cores", "2", "--out", str(tmp_path), "decomposition",
+                         "ledger"]) == 0
+    assert seen["jobs"] == [sbs.Job("decomposition", 100.0, 2),
+                            sbs.Job("ledger", math.inf, 1, last=True)]
+    assert "+    0 min  decomposition (2 core(s), 2 min)" in capsys.readouterr().out
+    monkeypatch.setenv(profile.PROFILE_ENV, "paper")
+    with pytest.raises(SystemExit, match="--cores: chapters side by side share the CPU"):
+        goldens.main(["write", "--cores", "2", "--out", str(tmp_path), "decomposition"])

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import signal
 import sys
 import time
 from datetime import datetime, timezone
@@ -270,7 +271,7 @@ def _write_side_by_side(chosen: list[Path], cores: int, out: Path | None, force:
     first by the committed reference provenance; the ledger chapters last); logs under
     ``<out or _build>/logs``."""
     from ddcl_theory.ledger import side_by_side
-    committed = ({name: entry["provenance"] for name, entry in reference.read_reference().items()}
+    committed = ({row["chapter"]: row for row in reference.summary()}
                  if profile.current().is_reference else {})
     last = [p.stem for p in chosen if "build_ledger" in p.read_text(encoding="utf-8")]
     jobs = side_by_side.jobs_of([p.stem for p in chosen], committed, cores, last)
@@ -284,6 +285,58 @@ def _write_side_by_side(chosen: list[Path], cores: int, out: Path | None, force:
           f"side by side: {len(failed)} chapter(s) failed or skipped: {', '.join(failed)}",
           flush=True)
     return 1 if failed else 0
+
+
+def _stop_on_sigterm(signum, frame) -> None:
+    """SIGTERM as an exception, so that nbclient shuts the chapter's kernel down on the way
+    out (the kernel runs in a session of its own and would outlive this process)."""
+    raise SystemExit(f"goldens: stopped by signal {signum}")
+
+
+def _write(args: argparse.Namespace) -> int:
+    """The ``write`` command."""
+    if args.cores > 1 and profile.current().name not in ("cpu", "reference"):
+        raise SystemExit(f"--cores: chapters side by side share the CPU cores; under the "
+                         f"{profile.current().name} profile they would share one device (run "
+                         f"them one at a time)")
+    out = args.out
+    if out is None and profile.current().keeps_runs:
+        out = notebooks_dir().parent / "_build" / profile.current().results_subdir
+    if out is not None:
+        out = out.resolve()
+        if out == notebooks_dir().resolve():
+            raise SystemExit("--out: the goldens folder holds cpu-profile outputs only")
+        out.mkdir(parents=True, exist_ok=True)
+    resumable = out is not None and profile.current().keeps_runs
+    if profile.current().is_reference:
+        require_clean_tree()
+    try:
+        profile.check_device()
+    except RuntimeError as err:
+        raise SystemExit(str(err)) from None
+    if args.force:
+        os.environ[RESUME_ENV] = "0"       # the kernels inherit it
+    if args.cores > 1:
+        return _write_side_by_side(sources(args.names), args.cores, out, args.force)
+    for source in sources(args.names):
+        record = chapter_provenance(source) if resumable else None
+        if resumable and not args.force and completed(source, out, record):
+            print(f"skipping {source.name}: already executed with the same provenance "
+                  f"(--force to rerun)", flush=True)
+            continue
+        print(f"executing {source.name} ({profile.describe()}) ...", flush=True)
+        cpu_before = _children_cpu_seconds()
+        seconds = write(source, out)
+        if resumable:
+            record["completed_utc"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            record["seconds"] = round(seconds, 1)
+            record["cpu_seconds"] = round(_children_cpu_seconds() - cpu_before, 1)
+            write_json(provenance_path(source, out), record)
+            if profile.current().is_reference:     # committed beside its verdicts
+                reference.write_provenance(source, record, seconds)
+        print(f"  wrote {(out / golden_path(source).name) if out else golden_path(source).name}"
+              f" in {seconds:.0f} s", flush=True)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -317,44 +370,11 @@ def main(argv: list[str] | None = None) -> int:
         print("goldens: executed copies agree" if not problems else f"goldens: {len(problems)} difference(s)")
         return 1 if problems else 0
     if args.command == "write":
-        out = args.out
-        if out is None and profile.current().keeps_runs:
-            out = notebooks_dir().parent / "_build" / profile.current().results_subdir
-        if out is not None:
-            out = out.resolve()
-            if out == notebooks_dir().resolve():
-                raise SystemExit("--out: the goldens folder holds cpu-profile outputs only")
-            out.mkdir(parents=True, exist_ok=True)
-        resumable = out is not None and profile.current().keeps_runs
-        if profile.current().is_reference:
-            require_clean_tree()
+        previous = signal.signal(signal.SIGTERM, _stop_on_sigterm)
         try:
-            profile.check_device()
-        except RuntimeError as err:
-            raise SystemExit(str(err)) from None
-        if args.force:
-            os.environ[RESUME_ENV] = "0"       # the kernels inherit it
-        if args.cores > 1:
-            return _write_side_by_side(sources(args.names), args.cores, out, args.force)
-        for source in sources(args.names):
-            record = chapter_provenance(source) if resumable else None
-            if resumable and not args.force and completed(source, out, record):
-                print(f"skipping {source.name}: already executed with the same provenance "
-                      f"(--force to rerun)", flush=True)
-                continue
-            print(f"executing {source.name} ({profile.describe()}) ...", flush=True)
-            cpu_before = _children_cpu_seconds()
-            seconds = write(source, out)
-            if resumable:
-                record["completed_utc"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-                record["seconds"] = round(seconds, 1)
-                record["cpu_seconds"] = round(_children_cpu_seconds() - cpu_before, 1)
-                write_json(provenance_path(source, out), record)
-                if profile.current().is_reference:     # committed beside its verdicts
-                    reference.write_provenance(source, record, seconds)
-            print(f"  wrote {(out / golden_path(source).name) if out else golden_path(source).name}"
-                  f" in {seconds:.0f} s", flush=True)
-        return 0
+            return _write(args)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
     problems = check(sources(args.names) if args.names else None)
     for p in problems:
         print(p)

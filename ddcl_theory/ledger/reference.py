@@ -492,6 +492,7 @@ def summary(folder: Path | None = None, root: Path | None = None) -> list[dict]:
                 machine.get("machine"), machine.get("cpus") and f"{machine['cpus']} CPUs",
                 machine.get("kernels")) if v),
             "stale": chapter in stale_chapters,
+            "settings": prov.get("settings"),
         })
     return rows
 
@@ -527,8 +528,10 @@ def summary_markdown(rows: list[dict]) -> str:
                                 SIDE_BY_SIDE_CORES)
     side = side_by_side.projected_seconds(side_by_side.plan(jobs, SIDE_BY_SIDE_CORES))
     lines.append(f"Side by side on {SIDE_BY_SIDE_CORES} cores (`make reference`), each chapter on "
-                 f"the cores it keeps busy, the longest first: about {side / 60:.0f} wall "
-                 f"minutes ({side / 3600:.1f} h).")
+                 f"the cores it keeps busy: about {side / 60:.0f} wall minutes "
+                 f"({side / 3600:.1f} h), projected from these rows (the chapters without a "
+                 "reference run, which settle no empirical claim, not counted)"
+                 + (", some of them stale" if any(r["stale"] for r in rows) else "") + ".")
     resumed = [f"{r['chapter']} (units at `{r['units_commit']}`)" for r in rows
                if r.get("units_commit")]
     if resumed:
