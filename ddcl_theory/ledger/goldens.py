@@ -142,11 +142,17 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def reads_verdicts(source: Path) -> bool:
+    """Whether a chapter reads the other chapters' verdicts (its source calls
+    ``build_ledger``): the ledger, which runs after them."""
+    return "build_ledger" in source.read_text(encoding="utf-8")
+
+
 def _inputs_hash(source: Path) -> str | None:
     """sha256 of what a chapter reads besides code: the verdict files (and the reference ones
     beside them), for the ledger chapter
     (a chapter whose source calls ``build_ledger``); None for the others."""
-    if "build_ledger" not in source.read_text(encoding="utf-8"):
+    if not reads_verdicts(source):
         return None
     h = hashlib.sha256()
     for folder in (results_dir() / "verdicts", results_dir() / "reference" / "verdicts"):
@@ -273,7 +279,7 @@ def _write_side_by_side(chosen: list[Path], cores: int, out: Path | None, force:
     from ddcl_theory.ledger import side_by_side
     committed = ({row["chapter"]: row for row in reference.summary()}
                  if profile.current().is_reference else {})
-    last = [p.stem for p in chosen if "build_ledger" in p.read_text(encoding="utf-8")]
+    last = [p.stem for p in chosen if reads_verdicts(p)]
     jobs = side_by_side.jobs_of([p.stem for p in chosen], committed, cores, last)
     print(side_by_side.describe_plan(side_by_side.plan(jobs, cores), cores), flush=True)
     flags = [*(["--out", str(out)] if out is not None else []), *(["--force"] if force else [])]
