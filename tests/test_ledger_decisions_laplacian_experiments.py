@@ -4,6 +4,7 @@ negligible effect, inconclusive, a failed gate, too few seeds)."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 
 import numpy as np
@@ -13,6 +14,7 @@ from ddcl_theory.experiments import laplacian_study as ls
 from ddcl_theory.ledger.claims import rule_of
 from ddcl_theory.ledger import resampling, stats
 from ddcl_theory.ledger.decisions import laplacian_experiments as dec
+from ddcl_theory.ledger.decisions.scales import scale_change
 from ddcl_theory.metrics.geometry import AnovaSplit
 
 N_EVAL = 1000
@@ -110,7 +112,10 @@ def test_l6_is_reproduced_when_accuracy_rises_by_more_than_the_sesoi():
     assert v.tests[1].estimate == pytest.approx(0.005, abs=5e-4)
     statistics = [t.statistic for t in rule_of("L6").tests]
     assert list(v.per_seed)[:2] == statistics
-    assert all(len(x) == v.n_seeds for x in v.per_seed.values())
+    smaller = [k for k in v.per_seed if k.endswith("100 images") or "at 100 images" in k]
+    assert len(smaller) == 2 + 4                  # the two statistics and four settings' bits
+    assert all(len(v.per_seed[k]) == 22 for k in smaller)
+    assert all(len(x) == v.n_seeds for k, x in v.per_seed.items() if k not in smaller)
     assert "82.32" in v.evidence and v.gates[0].passed
 
 
@@ -122,7 +127,8 @@ def test_l6_intervals_resample_seeds_and_pool_images_from_the_committed_items():
     assert dec.item_gaps(s).mean(axis=1) == pytest.approx(dec.gaps(s), abs=1e-12)
     assert dec.item_slopes(s).mean(axis=1) == pytest.approx(dec.slopes(s), abs=1e-12)
     # the committed packed bits give back the per-image values and the same interval
-    keys = [k for k in v.per_seed if k.startswith("correct on each pool image")]
+    keys = [k for k in v.per_seed if k.startswith("correct on each pool image")
+            and "at 100 images" not in k]
     assert len(keys) == 4 and "0 Laplacian heads" in keys[0] and "4 Laplacian heads" in keys[-1]
     bits = {k: np.stack([np.unpackbits(np.frombuffer(bytes.fromhex(h), np.uint8))[:N_EVAL]
                          for h in v.per_seed[k]]).astype(float) for k in keys}
@@ -160,7 +166,7 @@ def test_l6_decides_on_the_extra_seeds_at_the_largest_count_and_says_so():
     v = dec.decide_l6(l6_study(acc=rising(0.005)))
     assert v.word == "reproduced" and v.n_seeds == rule
     assert all(t.n_seeds == rule for t in v.tests)
-    assert all(len(x) == rule for x in v.per_seed.values())
+    assert all(len(x) == rule for k, x in v.per_seed.items() if "at 100 images" not in k)
     assert (f"{rule} seeds per head setting at 300 images and 22 at the smaller counts, each "
             "run read") in v.evidence
     assert "from 100 images to 300 images it moves" in v.evidence    # Welch: 22 and 78 seeds
@@ -168,6 +174,89 @@ def test_l6_decides_on_the_extra_seeds_at_the_largest_count_and_says_so():
         study(rule, acc=rising(0.005))).evidence
     # the smaller counts' seeds alone are too few for the rule's word
     assert dec.decide_l6(study(acc=rising(0.005))).word == "inconclusive"
+
+
+def test_l6_steps_between_head_settings_add_up_to_the_gap_and_are_stated():
+    s = l6_study(acc=rising(0.005))
+    steps = dec.item_steps(s)
+    assert list(steps) == ["0 to 1 head", "1 to 2 heads", "2 to 4 heads"]
+    assert np.array_equal(sum(steps.values()), dec.item_gaps(s))
+    v = dec.decide_l6(s)
+    assert list(v.numbers["head_steps"]) == list(steps)
+    assert sum(x[0] for x in v.numbers["head_steps"].values()) == pytest.approx(
+        v.tests[0].estimate, abs=1e-5)
+    assert "Step by step: 0 to 1 head +" in v.evidence
+    assert "(the rule tests the slope over all 4 settings, not each step)" in v.evidence
+    # a gain that comes only with the last step leaves the first steps unresolved
+    late = dec.decide_l6(l6_study(acc=lambda n, h: 0.5 + 0.01 * (h == 4)))
+    assert "the intervals of 0 to 1 head and 1 to 2 heads hold 0, so those steps are not " \
+           "resolved" in late.evidence
+
+
+def test_l6_states_the_paper_gaps_against_its_interval_and_the_change_between_counts():
+    s = l6_study(acc=rising(0.0025), noise=0.05)                  # +1.0 points
+    v = dec.decide_l6(s)
+    low, high = v.tests[0].interval
+    assert low < 0.0087 < high < 0.0192
+    assert ("+0.87 (ImageNet) lies inside our interval; +1.92 (CIFAR-100) lies above our "
+            "interval.") in v.evidence
+    change = scale_change(dec.gaps(s, 100), dec.gaps(s, 300))
+    assert v.numbers["count_steps"] == {
+        "100 images to 300 images": pytest.approx(change, abs=1e-6)}
+
+
+def test_mean_standard_errors_split_the_pool_that_seeds_cannot_remove():
+    rng = np.random.default_rng(3)
+    n, m = 60, 4000
+    image_effect = rng.normal(0.0, 0.5, m)                   # shared by every seed
+    per_item = image_effect + rng.normal(0.0, 1.0, (n, m)) + rng.normal(0.0, 0.2, (n, 1))
+    iv = resampling.bootstrap_crossed(per_item, n_resamples=999)
+    se = dec.mean_standard_errors(per_item, iv)
+    assert se["pool"] == pytest.approx(0.5 / np.sqrt(m), rel=0.1)
+    assert se["seeds"] == pytest.approx(np.sqrt(0.2 ** 2 + 1.0 / m) / np.sqrt(n), rel=0.25)
+    assert se["crossed"] >= np.hypot(se["seeds"], se["pool"]) * 0.9
+    # seeds that differ only by noise: no pool part beyond what the seeds' noise explains
+    noise = rng.normal(0.0, 1.0, (n, m))
+    assert dec.mean_standard_errors(noise, iv)["pool"] < 0.3 / np.sqrt(m)
+    with pytest.raises(ValueError, match="per_item: expected shape"):
+        dec.mean_standard_errors(np.ones(5), iv)
+
+
+def test_crossed_power_reads_the_interval_width_and_holds_the_pool_fixed():
+    rng = np.random.default_rng(4)
+    per_item = rng.normal(0.0, 1.0, (40, 2000)) + rng.normal(0.0, 0.1, (40, 1))
+    iv = resampling.bootstrap_crossed(per_item, n_resamples=999)
+    se = dec.mean_standard_errors(per_item, iv)["crossed"]
+    p = dec.crossed_power(iv, per_item, 0.05)
+    z = 1.959964 + 0.841621
+    assert p["detectable"] == pytest.approx(z * se, rel=1e-5)
+    # at the detectable effect the power is 80%, by construction
+    assert dec.crossed_power(iv, per_item, p["detectable"])["power"] == pytest.approx(0.8)
+    # without a pool part, the seeds needed scale with the squared ratio of widths
+    pool = dec.mean_standard_errors(per_item, iv)["pool"]
+    expect = 40 * (se ** 2 - pool ** 2) / ((0.05 / z) ** 2 - pool ** 2)
+    assert p["seeds_needed"] == math.ceil(expect - 1e-9)
+    # a shared per-image effect that no count of seeds removes puts a small SESOI out of reach
+    shared = per_item + rng.normal(0.0, 3.0, 2000)
+    wide = resampling.bootstrap_crossed(shared, n_resamples=999)
+    assert dec.crossed_power(wide, shared, 0.05)["seeds_needed"] is None
+    assert dec.crossed_power(wide, shared, 1.0)["seeds_needed"] == 2
+    with pytest.raises(ValueError, match="effect: expected a distance > 0"):
+        dec.crossed_power(iv, per_item, 0.0)
+
+
+def test_l6_power_fields_come_from_the_deciding_interval_not_from_seeds_alone():
+    s = l6_study(acc=rising(0.002), noise=0.1)
+    v = dec.decide_l6(s)
+    for t, per_item in zip(v.tests, (dec.item_gaps(s), dec.item_slopes(s))):
+        iv = stats.Interval(t.estimate, *t.interval, t.n_seeds, t.method)
+        p = dec.crossed_power(iv, per_item, t.sesoi - t.margin)
+        assert (t.detectable, t.seeds_needed) == (pytest.approx(p["detectable"]),
+                                                  p["seeds_needed"])
+    seed_only = stats.detectable_effect(float(np.std(dec.gaps(s), ddof=1)), v.n_seeds)
+    assert v.tests[0].detectable > seed_only
+    assert "By the deciding intervals' own width" in v.evidence
+    assert "80% would take " in v.evidence
 
 
 def test_l6_gate_and_seed_count():

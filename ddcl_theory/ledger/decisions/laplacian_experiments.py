@@ -10,7 +10,8 @@ run short of 99% training accuracy). The other scales give the trend.
 
 * L6: accuracy on the evaluation pool, all heads Laplacian - none, and the per-seed slope over
   the number of Laplacian heads, at each training-image count (decided at the largest), each
-  interval a crossed bootstrap over seeds and pool images;
+  interval a crossed bootstrap over seeds and pool images, whose power is read off its own width
+  (:func:`crossed_power`); the steps between head settings and between image counts beside;
 * L7: relative changes (all / none - 1) of the absolute within-sequence and between-class
   variances of the tokens after the final LayerNorm (largest image count), and of NC1 on the
   training images of the terminal-phase runs; every layer, the stream before the LayerNorm and
@@ -26,9 +27,11 @@ The functions read a study with the fields of
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+from scipy.stats import norm
 
 from ddcl_theory.ledger import stats
 from ddcl_theory.ledger.claims import rule_of
@@ -39,9 +42,11 @@ from ddcl_theory.ledger.tolerance import Tolerance
 from ddcl_theory.ledger.verdict import Verdict
 from ddcl_theory.runtime.settings import CONFIRMATORY_SEED_BASE
 
-__all__ = ["L6_TOLERANCE", "L7_TOLERANCE", "L8_TOLERANCE", "PAPER", "TERMINAL_ACCURACY", "gaps",
-           "slopes", "item_correct", "item_gaps", "item_slopes", "l6_samples", "packed_items",
-           "relative_change", "item_standard_errors", "optimum_gate", "terminal_gate",
+__all__ = ["L6_TOLERANCE", "L7_TOLERANCE", "L8_TOLERANCE", "PAPER", "PAPER_L6_GAPS",
+           "TERMINAL_ACCURACY", "gaps", "slopes", "item_correct", "item_gaps", "item_slopes",
+           "item_steps", "l6_samples", "crossed_power", "with_crossed_power",
+           "mean_standard_errors", "packed_items", "relative_change", "item_standard_errors",
+           "optimum_gate", "terminal_gate",
            "trend_of", "variance_changes", "decide_l6", "decide_l7", "decide_l8"]
 
 #: How far the numbers quoted by L6, L7 and L8 may move between machines: 3x the largest
@@ -69,6 +74,10 @@ PAPER = {
     "L8": "k99 547.7 -> 430.4 (-21%) with all heads Laplacian, reported for its GPT-2-style "
           "language model",
 }
+#: Resamples of the crossed bootstrap of L6's steps between head settings (set beside).
+STEP_RESAMPLES = 1999
+#: The paper's all - none accuracy gaps of L6 (fractions), set beside the interval.
+PAPER_L6_GAPS = {"ImageNet": 0.0087, "CIFAR-100": 0.0192}
 #: The training accuracy a terminal-phase run must reach (L7's Neural Collapse gate).
 TERMINAL_ACCURACY = 0.99
 _BASE, _ALL = "0", "all"
@@ -130,11 +139,90 @@ def l6_samples(study, n_train: int | None = None) -> list[tuple[stats.Interval, 
     return out
 
 
-def packed_items(study, n_train: int | None = None) -> dict[str, list[str]]:
+def item_steps(study, n_train: int | None = None) -> dict[str, np.ndarray]:
+    """Per step between consecutive head settings (by Laplacian heads per layer), per seed and
+    pool image the difference of correctness, ``{"<a> to <b> heads": (seeds, images)}``; the
+    steps add up to :func:`item_gaps`."""
+    counts = study.counts()
+    order = sorted(counts, key=counts.get)
+    return {f"{counts[a]} to {counts[b]} head{'' if counts[b] == 1 else 's'}":
+            item_correct(study, b, n_train)
+            - item_correct(study, a, n_train) for a, b in zip(order, order[1:])}
+
+
+def mean_standard_errors(per_item: np.ndarray, interval: stats.Interval) -> dict[str, float]:
+    """Standard errors of the grand mean of ``per_item`` (shape (seeds, images), every seed on
+    the same images): ``seeds``, the spread of the seeds' means over sqrt(seeds); ``pool``, the
+    part that sampling the pool's images adds and more seeds would not remove (a two-way
+    random-effects estimate: the variance of the images' means over seeds, less the seeds' noise
+    within an image over the seeds, over the images); ``crossed``, the one the crossed-bootstrap
+    ``interval`` implies (half-width over the normal quantile), which errs wide."""
+    arr = np.asarray(per_item, dtype=float)
+    if arr.ndim != 2 or arr.shape[0] < 2 or arr.shape[1] < 2:
+        raise ValueError(f"per_item: expected shape (seeds >= 2, images >= 2), got {arr.shape}")
+    n, m = arr.shape
+    image_var = arr.mean(0).var(ddof=1) - arr.var(axis=0, ddof=1).mean() / n
+    return {"seeds": float(arr.mean(1).std(ddof=1) / np.sqrt(n)),
+            "pool": float(np.sqrt(max(image_var, 0.0) / m)),
+            "crossed": float((interval.high - interval.low) / (2 * _z(stats.CONFIDENCE)))}
+
+
+def _z(confidence: float) -> float:
+    return float(norm.ppf(0.5 + confidence / 2))
+
+
+def crossed_power(interval: stats.Interval, per_item: np.ndarray, effect: float) -> dict:
+    """The power of the crossed-bootstrap ``interval`` of the mean of ``per_item`` (shape
+    (seeds, images)) read off its own width (normal approximation).
+
+    Its squared standard error splits into the pool's part that more seeds would not remove
+    (:func:`mean_standard_errors`' ``pool``) and the rest, which shrinks as 1/seeds. ``effect``:
+    the distance from the margin to detect (the SESOI's). Returns ``detectable``, the effect
+    these seeds detect with 80% power; ``power`` at ``effect``; ``seeds_needed`` for 80% power
+    at ``effect`` (None when the pool's part alone is too wide, or more than
+    :data:`~ddcl_theory.ledger.stats.MAX_SEEDS` would be needed)."""
+    if not effect > 0:
+        raise ValueError(f"effect: expected a distance > 0, got {effect!r}")
+    se = mean_standard_errors(per_item, interval)
+    z_ci = _z(stats.CONFIDENCE)
+    z_both = z_ci + float(norm.ppf(stats.POWER))
+    fixed = se["pool"] ** 2
+    shrinking = max(se["crossed"] ** 2 - fixed, 0.0) * interval.n
+    room = (effect / z_both) ** 2 - fixed
+    need = None
+    if room > 0:
+        need = max(2, int(np.ceil(shrinking / room - 1e-9)))
+        need = need if need <= stats.MAX_SEEDS else None
+    return {"detectable": float(z_both * se["crossed"]),
+            "power": float(norm.cdf(effect / se["crossed"] - z_ci)) if se["crossed"] > 0
+            else 1.0, "seeds_needed": need}
+
+
+def with_crossed_power(results: Sequence[TestResult], samples: Sequence[tuple],
+                       per_items: Sequence[np.ndarray]) -> list[TestResult]:
+    """``results`` (decided on ``samples``, as :func:`l6_samples` gives them, from the per-item
+    values ``per_items``) with ``detectable`` and ``seeds_needed`` read off the deciding
+    interval's own width (:func:`crossed_power`), not a t interval over seeds alone, which
+    leaves out the pool."""
+    out = []
+    for r, (interval, _), per_item in zip(results, samples, per_items):
+        effect = abs(r.sesoi - r.margin) or abs(r.estimate - r.margin)
+        if not effect > 0 or np.asarray(per_item).shape[0] < 2:
+            out.append(r)
+            continue
+        p = crossed_power(interval, per_item, effect)
+        out.append(dataclasses.replace(r, detectable=p["detectable"],
+                                       seeds_needed=p["seeds_needed"]))
+    return out
+
+
+def packed_items(study, n_train: int | None = None, at: str = "") -> dict[str, list[str]]:
     """Per head setting, each seed's correctness on every pool image as hex of
-    ``numpy.packbits`` (the committed per-item values behind L6's intervals)."""
-    return {f"correct on each pool image, {k} Laplacian heads per layer (numpy.packbits, hex)":
-            [r.correct.hex() for r in study.by(s, n_train=n_train)]
+    ``numpy.packbits`` (the committed per-item values behind L6's intervals); ``at``: the image
+    count named in the keys (none for the deciding count)."""
+    where = f", at {at}" if at else ""
+    return {f"correct on each pool image, {k} Laplacian heads per layer{where} "
+            "(numpy.packbits, hex)": [r.correct.hex() for r in study.by(s, n_train=n_train)]
             for s, k in study.counts().items()}
 
 
@@ -204,8 +292,9 @@ def _power_text(rule, tests: Sequence[TestResult], labels: Sequence[str]) -> str
     for t, label in zip(tests, labels):
         need = t.seeds_needed
         if t.word == "inconclusive" and (need is None or need > t.n_seeds):
-            parts.append(f"{label} would need {'more than 100,000' if need is None else need} "
-                         f"seeds at this spread ({t.n_seeds} ran)")
+            parts.append(f"{label} would need {need} seeds at this spread ({t.n_seeds} ran)"
+                         if need is not None else f"{label} would not reach 80% power with "
+                         f"any count of seeds up to 100,000 at this spread ({t.n_seeds} ran)")
     if not parts:
         return ""
     return (f" Power: {'; '.join(parts)}; the rule registers {rule.n_seeds} seeds, and its "
@@ -226,15 +315,72 @@ def _model(study) -> str:
 
 
 # ------------------------------------------------------------------------------- L6
+def _beside_paper(interval: Sequence[float]) -> str:
+    """Where the paper's gaps (:data:`PAPER_L6_GAPS`) fall against ``interval`` (fractions)."""
+    low, high = interval
+    parts = []
+    for where, gap in PAPER_L6_GAPS.items():
+        place = ("inside our interval" if low <= gap <= high
+                 else "above our interval" if gap > high else "below our interval")
+        parts.append(f"{100 * gap:+.2f} ({where}) lies {place}")
+    return "The paper's gaps: " + "; ".join(parts) + "."
+
+
+def _steps_text(steps: Mapping[str, stats.Interval], n_settings: int) -> str:
+    """The steps between head settings with their intervals, and which hold 0."""
+    held = [label for label, iv in steps.items() if iv.low <= 0 <= iv.high]
+    return ("Step by step: " + "; ".join(
+        f"{label} {100 * iv.estimate:+.2f} [{100 * iv.low:+.2f}, {100 * iv.high:+.2f}]"
+        for label, iv in steps.items())
+        + f" points (crossed bootstrap, {STEP_RESAMPLES:,} resamples); "
+        + ("every step's interval lies above 0" if not held else
+           f"the interval of {held[0]} holds 0, so that step is not resolved" if len(held) == 1
+           else f"the intervals of {', '.join(held[:-1])} and {held[-1]} hold 0, so those "
+           "steps are not resolved")
+        + f" (the rule tests the slope over all {n_settings} settings, not each step).")
+
+
+def _count_steps(per_count: Sequence[np.ndarray], labels: Sequence[str]) -> dict[str, list]:
+    """``{"<a> to <b>": [estimate, low, high]}``: the gap's change between consecutive image
+    counts (Welch, as if the counts' runs were independent)."""
+    return {f"{a} to {b}": [round(v, 6) for v in scale_change(x, y)]
+            for (a, x), (b, y) in zip(zip(labels, per_count), zip(labels[1:], per_count[1:]))}
+
+
+def _power_of_width(tests: Sequence[TestResult], samples: Sequence,
+                    per_items: Sequence[np.ndarray], units: Sequence[str]) -> str:
+    """What the deciding intervals' own widths give in power (:func:`crossed_power`)."""
+    found = []
+    for t, (interval, _), per_item, unit in zip(tests, samples, per_items, units):
+        if per_item.shape[0] < 2:
+            return ""
+        found.append((crossed_power(interval, per_item, abs(t.sesoi - t.margin)
+                                    or abs(t.estimate)), unit))
+    need = [f"{p['seeds_needed']} seeds" if p["seeds_needed"] is not None
+            else "more pool images, as no count of seeds would" for p, _ in found]
+    return (f"By the deciding intervals' own width (normal approximation; the pool's part held "
+            f"fixed as seeds grow), {tests[0].n_seeds} seeds detect "
+            + " and ".join(f"{100 * p['detectable']:.{digits}f} {unit}"
+                           for (p, unit), digits in zip(found, (2, 3)))
+            + " with 80% power; at the SESOI their power is "
+            + " and ".join(f"{100 * p['power']:.0f}%" for p, _ in found)
+            + f"; 80% would take {' and '.join(need)}.")
+
+
 def decide_l6(study) -> Verdict:
     """L6: evaluation accuracy, all heads Laplacian - none > 0 and the per-seed slope over the
     number of Laplacian heads > 0, each by a crossed bootstrap over seeds and pool images
     (:func:`l6_samples`), at each image count; decided at the largest, whose runs must all be
-    read at their validation optimum."""
+    read at their validation optimum. The power fields come from the intervals' own width
+    (:func:`with_crossed_power`); the steps between head settings, the gap's change between
+    image counts and the split of its standard error are set beside."""
     rule = rule_of("L6")
     st = study.settings
-    per_scale = {label: rule.evaluate(l6_samples(study, n))
-                 for n, label in zip(st.n_train, st.scales)}
+    samples = {label: l6_samples(study, n) for n, label in zip(st.n_train, st.scales)}
+    items = {label: (item_gaps(study, n), item_slopes(study, n))
+             for n, label in zip(st.n_train, st.scales)}
+    per_scale = {label: with_crossed_power(rule.evaluate(x), x, items[label])
+                 for label, x in samples.items()}
     tests = per_scale[st.scales[-1]]
     runs = [r for s in st.head_settings for r in study.by(s)]
     gate = optimum_gate(runs, f"runs at {st.n_train[-1]} images")
@@ -246,6 +392,12 @@ def decide_l6(study) -> Verdict:
     item_se = item_standard_errors(study)
     gap, slope = gaps(study), slopes(study)
     gap_by_scale = [gaps(study, n) for n in st.n_train]
+    spread = float(np.std(gap, ddof=1)) if gap.size > 1 else 0.0
+    # set beside, not deciding: fewer resamples than the tests' 9,999 keep the chapter short
+    steps = {label: bootstrap_crossed(x, n_resamples=STEP_RESAMPLES)
+             for label, x in item_steps(study).items()}
+    count_steps = _count_steps(gap_by_scale, st.scales)
+    mean_se = mean_standard_errors(items[st.scales[-1]][0], samples[st.scales[-1]][0][0])
     evidence = (
         f"{_model(study)} on {study.source}, {tests[0].n_seeds} seeds per head setting"
         + (f" at {st.n_train[-1]} images and {len(st.seeds)} at the smaller counts"
@@ -256,26 +408,43 @@ def decide_l6(study) -> Verdict:
         + ". All - none: " + "; ".join(f"{_points(r[0])} points at {label}"
                                        for label, r in per_scale.items())
         + f" ({scale_text(gap_by_scale, st.scales)}, over seeds only: the pool's images are "
-        f"the same at every image count). Slope at "
-        f"{st.n_train[-1]} images: {_points(tests[1], spec='+.3f')} points per Laplacian head. "
-        f"Sampling the pool's images adds about {100 * float(np.mean(item_se)):.2f} points of "
-        f"standard error to one seed's gap, against a seed-to-seed spread of "
-        f"{100 * float(np.std(gap, ddof=1)) if gap.size > 1 else 0.0:.2f} points."
+        f"the same at every image count"
+        + ("; between consecutive counts " + "; ".join(
+            f"{k} {100 * v[0]:+.2f} [{100 * v[1]:+.2f}, {100 * v[2]:+.2f}]"
+            for k, v in count_steps.items()) if len(count_steps) > 1 else "")
+        + f"). Slope at {st.n_train[-1]} images: {_points(tests[1], spec='+.3f')} points per "
+        f"Laplacian head. " + _steps_text(steps, len(counts))
+        + f" Standard error of the {gap.size}-seed mean gap: {100 * mean_se['seeds']:.2f} "
+        f"points from the seeds' spread ({100 * spread:.2f} points per seed) and "
+        f"{100 * mean_se['pool']:.2f} from sampling the pool's images (the part more seeds "
+        f"would not remove); the crossed bootstrap's interval implies "
+        f"{100 * mean_se['crossed']:.2f}, wider than the two together "
+        f"({100 * float(np.hypot(mean_se['seeds'], mean_se['pool'])):.2f}), as that bootstrap is "
+        f"known to be. " + _power_of_width(tests, samples[st.scales[-1]], items[st.scales[-1]],
+                                           ("points", "points per head"))
         + _power_text(rule, tests, ("all - none", "the slope")) + " " + _gate_text([gate])
-        + f" Paper: {PAPER['L6']}.")
+        + f" Paper: {PAPER['L6']}. " + _beside_paper(tests[0].interval))
     return Verdict(
         "L6", word, evidence,
         our_value=f"all - none {100 * tests[0].estimate:+.2f} points, slope "
                   f"{100 * tests[1].estimate:+.3f} points per head ({st.n_train[-1]} images)",
         numbers={"accuracy": {str(n): a for n, a in acc.items()},
                  "slope_trend": trend_of(per_scale, 1), "gap_trend": trend_of(per_scale, 0),
-                 "item_se": float(np.mean(item_se))},
+                 "item_se": float(np.mean(item_se)), "mean_se": mean_se,
+                 "head_steps": {k: [round(v.estimate, 6), round(v.low, 6), round(v.high, 6)]
+                                for k, v in steps.items()},
+                 "count_steps": count_steps},
         rule=rule.text, n_seeds=tests[binding].n_seeds, interval=tuple(tests[binding].interval),
         scale=f"{st.n_train[-1]} training images, d={st.dim}",
         trend=trend_of(per_scale, binding), tolerance=L6_TOLERANCE, tests=tuple(tests),
         gates=(gate,),
         per_seed={rule.tests[0].statistic: gap.tolist(), rule.tests[1].statistic: slope.tolist(),
-                  **packed_items(study)})
+                  **packed_items(study),
+                  **{f"{t.statistic}, at {label}": values.tolist()
+                     for n, label in zip(st.n_train[:-1], st.scales[:-1])
+                     for t, values in zip(rule.tests, (gaps(study, n), slopes(study, n)))},
+                  **{k: v for n, label in zip(st.n_train[:-1], st.scales[:-1])
+                     for k, v in packed_items(study, n, label).items()}})
 
 
 # ------------------------------------------------------------------------------- L7
