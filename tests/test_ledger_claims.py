@@ -277,3 +277,12 @@ def test_chapter_summary_links_each_claim_to_its_section_with_word_and_value():
     assert lines[d4].endswith(r": V \>= 0") and chapter.label("D4") == "decomposition-d4"
     with pytest.raises(KeyError, match="unknown claim"):
         chapter.label("D99")
+
+
+def test_a_row_names_the_seeds_of_the_rule_it_was_decided_under():
+    now = claims.rule_of("L6")
+    row = {"id": "L6", "n_seeds": 22, "rule": "22 seeds (an earlier rule). Tests: ..."}
+    assert "22 seed(s) (the rule asks 22)" in claims._decided_on(row)
+    # a row without its rule's text falls back on the rule registered now
+    assert f"(the rule asks {now.n_seeds})" in claims._decided_on({"id": "L6", "n_seeds": 22})
+    assert now.text.startswith(f"{now.n_seeds} seeds")

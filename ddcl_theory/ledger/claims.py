@@ -596,12 +596,20 @@ def _number(x) -> str:
     return f"{x:.3g}" if isinstance(x, (int, float)) and not isinstance(x, bool) else str(x)
 
 
+def _rule_seeds(row: dict) -> int:
+    """The seeds the rule a row was decided under asks for: the count its rule text opens with
+    (a committed row keeps the rule it was decided under, which may have changed since), else
+    the current rule's."""
+    found = re.match(r"(\d+) seeds\b", row.get("rule") or "")
+    return int(found.group(1)) if found else rule_of(row["id"]).n_seeds
+
+
 def _decided_on(row: dict) -> str:
     """``seeds · interval · scale · trend`` the verdict was decided on ("–" where the run
-    recorded none), the seeds beside those the rule asks for."""
+    recorded none), the seeds beside those its rule asks for (:func:`_rule_seeds`)."""
     interval = row.get("interval")
     trend = row.get("trend")
-    asked = rule_of(row["id"]).n_seeds
+    asked = _rule_seeds(row)
     parts = [
         f"**Decided on:** {row['n_seeds'] if row.get('n_seeds') is not None else '–'} "
         f"seed(s) (the rule asks {asked})",
