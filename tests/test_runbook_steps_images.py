@@ -162,7 +162,7 @@ SMOKE_EXAMPLES = {
     "eps_ablation.run": {"JointModel": 12000},
     "learned_attention.run[causal=True]": {"_OneLayer": 12 * 16 * 128},
     "learned_attention.run[causal=False]": {"_OneLayer": 12 * 16 * 128},
-    "laplacian_study.run_vit": {"StackedModels": 60},
+    "laplacian_study.run_vit": {"StackedModels[d=384]": 44, "StackedModels[d=768]": 16},
     "dense_features.run": {"Linear": 164960, "SegmentationViT": 8192, "SelfDistillation": 256},
     "soft_vq.run": {"VQVAE": 2000},
     "laplacian_readout.run": {"ViTDDCL": 128},
@@ -217,14 +217,16 @@ def test_vit_study_examples_count_the_seeds_and_images_of_each_stacked_step():
     s = _tiny_vit(patience=4)                    # patience = epochs: no early stop
     got = counted(lambda st: ls.run_vit(st, synthetic_images()), s)
     assert got["steps"] == STEPS["laplacian_study.run_vit"](s)
-    want = 2 * 2 * 4 * (40 + 80) + 3 * 2 * 3 * 30 + 1 * 2 * 4 * 80    # seeds x images
-    assert per_class(got) == EXAMPLES["laplacian_study.run_vit"](s) == {"StackedModels": want}
+    # seeds x images, kept per width: the sweep and terminal runs at d=8, the wide at d=16
+    want = {"StackedModels[d=8]": 2 * 2 * 4 * (40 + 80) + 3 * 2 * 3 * 30,
+            "StackedModels[d=16]": 1 * 2 * 4 * 80}
+    assert per_class(got) == EXAMPLES["laplacian_study.run_vit"](s) == want
     # an extra seed at the largest count (80 images) adds its examples, not a step
     s = _tiny_vit(patience=4, extra_seeds=(7,))
     got = counted(lambda st: ls.run_vit(st, synthetic_images()), s)
     assert got["steps"] == STEPS["laplacian_study.run_vit"](s)
-    want += 1 * 2 * 4 * 80
-    assert per_class(got) == EXAMPLES["laplacian_study.run_vit"](s) == {"StackedModels": want}
+    want["StackedModels[d=8]"] += 1 * 2 * 4 * 80
+    assert per_class(got) == EXAMPLES["laplacian_study.run_vit"](s) == want
 
 
 def test_dense_features_examples_per_model_class(monkeypatch):

@@ -29,7 +29,7 @@ SMOKE_MEASURED = {"laplacian_lm.run": 2, "orbital_debris.run": 60, "text_readout
 #: measured (``training.models[class].examples``): the LM counts seeds x batch x block
 #: tokens per stacked step, a full-batch DDCL fit on one (1, tokens, F) sequence 1 per step.
 SMOKE_EXAMPLES = {
-    "laplacian_lm.run": {"StackedModels": 2_048},
+    "laplacian_lm.run": {"StackedModels[d=768]": 2_048},
     "orbital_debris.run": {"DDCLAttention": 50, "QuantizedMLPAutoencoder": 5_000},
     "text_readout.run": {"DDCLPooledReadout": 480, "DDCLAttention": 16},
     "stacked_layers.run": {"StackedDDCL": 64},
@@ -84,7 +84,8 @@ def test_examples_are_non_negative_ints_per_class_and_at_least_one_per_step(name
 def test_the_paper_examples():
     paper = {name: EXAMPLES[name](_settings(name, False)) for name in TRAINING}
     # 2 arms; every length x 5 seeds (5 trend seeds = all 5); batch 64 x context 1,024 tokens
-    assert paper["laplacian_lm.run"] == {"StackedModels": 2 * (1250 + 2500 + 5000) * 5 * 64 * 1024}
+    assert paper["laplacian_lm.run"] == {
+        "StackedModels[d=768]": 2 * (1250 + 2500 + 5000) * 5 * 64 * 1024}
     # one example per head step, the 20,000 objects per readout step
     assert paper["orbital_debris.run"] == {"DDCLAttention": 500 * (10 * (26 + 2 * 3) + 2 * 3),
                                            "QuantizedMLPAutoencoder": 500 * 2 * 20_000}
@@ -229,7 +230,7 @@ def test_laplacian_lm_sees_the_counted_examples():
     # 2 arms; 2 steps of 1 seed, 4 steps of 2 stacked seeds; (seeds, 2, 8) character ids a step
     assert totals["steps"] == STEPS["laplacian_lm.run"](s) == 2 * (2 + 4)
     assert _examples(totals) == EXAMPLES["laplacian_lm.run"](s) == {
-        "StackedModels": 2 * (2 * 1 + 4 * 2) * 2 * 8}
+        "StackedModels[d=8]": 2 * (2 * 1 + 4 * 2) * 2 * 8}
     one = s.replace(stack_size=1)                     # the same examples, in more steps
     assert _examples(_counted(LM.run, one)) == EXAMPLES["laplacian_lm.run"](one) == \
         EXAMPLES["laplacian_lm.run"](s)

@@ -72,3 +72,18 @@ def test_nothing_is_counted_outside_the_block_and_blocks_do_not_nest():
 ])
 def test_batch_examples_reads_the_first_tensor(batch, expected):
     assert batch_examples(batch) == expected
+
+
+def test_a_stack_of_seeds_is_counted_under_its_width():
+    from ddcl_theory.runtime.stacked import StackedModels
+    from ddcl_theory.runtime.training import flops_key
+
+    def block(width):
+        return lambda _seed: torch.nn.Sequential(torch.nn.Linear(3, width),
+                                                 torch.nn.LayerNorm(width))
+
+    assert flops_key(StackedModels(block(8), (0, 1))) == "StackedModels[d=8]"
+    assert flops_key(StackedModels(block(16), (0,))) == "StackedModels[d=16]"
+    # a stack without a LayerNorm, and a plain model, keep the class name
+    assert flops_key(StackedModels(lambda _s: torch.nn.Linear(3, 2), (0,))) == "StackedModels"
+    assert flops_key(torch.nn.Sequential(torch.nn.LayerNorm(4))) == "Sequential"

@@ -73,9 +73,9 @@ class ExperimentCost:
 
 def experiment_costs(counts: dict, settings: dict) -> list[ExperimentCost]:
     """One :class:`ExperimentCost` per entry of ``settings`` (entry name -> paper settings),
-    from ``counts`` (:func:`ddcl_theory.runbook.flops.read`): per model class, the FLOPs per
-    example counted at the paper's shapes times the examples that class trains on at these
-    settings. ``KeyError`` naming an entry or model class that was not counted."""
+    from ``counts`` (:func:`ddcl_theory.runbook.flops.read`): per model class (and width, for a
+    stack of seeds), the FLOPs per example counted at the paper's shapes times the examples that
+    class trains on at these settings. ``KeyError`` naming an entry or model class that was not counted."""
     rows = []
     for name, s in settings.items():
         if name not in counts["experiments"]:

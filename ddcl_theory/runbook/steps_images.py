@@ -11,8 +11,9 @@ trained together as one stacked model count once per step, as ``fit`` counts the
 are for a fresh run: a run that resumes from a checkpoint or a finished unit takes fewer.
 
 ``EXAMPLES[name](settings)`` is ``{model class name: examples}``: the training examples those
-steps see, per class of the module passed to ``fit`` (``type(model).__name__``, as
-:func:`~ddcl_theory.runtime.training.counting_flops` records ``totals["models"]``), as
+steps see, per class of the module passed to ``fit`` (``type(model).__name__``, and the width
+of a stack of seeds, ``"StackedModels[d=384]"``: :func:`~ddcl_theory.runtime.training.flops_key`,
+as :func:`~ddcl_theory.runtime.training.counting_flops` records ``totals["models"]``), as
 :func:`~ddcl_theory.runtime.training.batch_examples` counts them (summed over every step of every
 ``fit`` call): a batch with integer tensors counts the elements of the largest one (an epoch of
 index batches its ``n`` examples, the short last batch at its real size; stacked labels (S, b)
@@ -185,13 +186,18 @@ def learned_attention_examples(s: Any) -> dict[str, int]:
 def vit_study_examples(s: Any) -> dict[str, int]:
     """:func:`vit_study`'s epochs, each counting its stack's seeds x n images (the stacked
     labels (S, b)): sweep x ``seeds`` (and ``extra_seeds`` at the largest count), terminal x
-    ``terminal.seeds``, wide x ``wide.seeds``; a maximum, as there."""
+    ``terminal.seeds``, wide x ``wide.seeds``; a maximum, as there. Kept per width
+    (``StackedModels[d=...]``, :func:`~ddcl_theory.runtime.training.flops_key`): the wide
+    runs cost more per example."""
     sweep = sum(len(s.head_settings) * s.epochs * n for n in s.n_train)
     extra = len(s.head_settings) * s.epochs * s.n_train[-1]
     terminal = 2 * s.terminal.epochs * s.terminal.n_train
-    wide = len(s.wide.dims) * 2 * s.epochs * s.wide.n_train
-    return _used({"StackedModels": len(s.seeds) * sweep + len(s.extra_seeds) * extra
-                  + len(s.terminal.seeds) * terminal + len(s.wide.seeds) * wide})
+    out = {f"StackedModels[d={s.dim}]": len(s.seeds) * sweep + len(s.extra_seeds) * extra
+           + len(s.terminal.seeds) * terminal}
+    for dim in s.wide.dims:
+        key = f"StackedModels[d={dim}]"
+        out[key] = out.get(key, 0) + len(s.wide.seeds) * 2 * s.epochs * s.wide.n_train
+    return _used(out)
 
 
 def dense_features_examples(s: Any) -> dict[str, int]:

@@ -94,9 +94,11 @@ def laplacian_lm(s: Any) -> int:
 
 
 def laplacian_lm_examples(s: Any) -> dict[str, int]:
-    """``StackedModels``: each stacked step's (input, target) batch is two (seeds_at(length),
-    ``batch_size``, ``block_size``) token-id tensors: seeds x batch x block per step."""
-    return _used({"StackedModels": len(s.arms_run) * s.batch_size * s.block_size * sum(
+    """``StackedModels[d=dim]``: each stacked step's (input, target) batch is two
+    (seeds_at(length), ``batch_size``, ``block_size``) token-id tensors: seeds x batch x block
+    per step."""
+    per_step = len(s.arms_run) * s.batch_size * s.block_size
+    return _used({f"StackedModels[d={s.dim}]": per_step * sum(
         s.rounds * (steps // s.rounds) * len(s.seeds_at(steps)) for steps in s.steps)})
 
 

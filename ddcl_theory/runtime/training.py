@@ -44,9 +44,10 @@ def steps_taken() -> int:
 @contextlib.contextmanager
 def counting_flops() -> Iterator[dict]:
     """Count what :func:`fit`'s training steps compute inside the block: yields running totals
-    ``{"flops", "steps", "examples", "models": {class name: {"flops", "steps", "examples"}}}``,
-    per model class as well (an experiment that trains several kinds of model, a network and
-    its linear probes, costs differently per example of each). FLOPs are torch's
+    ``{"flops", "steps", "examples", "models": {key: {"flops", "steps", "examples"}}}``,
+    per model class (:func:`flops_key`) as well (an experiment that trains several kinds of
+    model, a network and its linear probes, costs differently per example of each). FLOPs are
+    torch's
     ``FlopCounterMode`` count (matrix products, convolutions, attention) of each step's
     forward and backward pass; examples are :func:`batch_examples`. Off by default: counting
     slows the steps."""
@@ -60,8 +61,20 @@ def counting_flops() -> Iterator[dict]:
         _COUNTING[0] = None
 
 
+def flops_key(model: torch.nn.Module) -> str:
+    """The name a model's counts are kept under: its class name, and for a stack of seeds its
+    width too (``"StackedModels[d=384]"``): one study stacks models of several widths, whose
+    FLOPs per example differ (the width of the template's first LayerNorm; none without one)."""
+    name = type(model).__name__
+    template = getattr(model, "_template", None)
+    if template is None:
+        return name
+    norms = [m for m in template.modules() if isinstance(m, torch.nn.LayerNorm)]
+    return f"{name}[d={norms[0].normalized_shape[-1]}]" if norms else name
+
+
 def _count_step(totals: dict, model: torch.nn.Module, flops: int, examples: int) -> None:
-    mine = totals["models"].setdefault(type(model).__name__,
+    mine = totals["models"].setdefault(flops_key(model),
                                        {"flops": 0, "steps": 0, "examples": 0})
     for record in (totals, mine):
         record["flops"] += flops
