@@ -200,6 +200,12 @@ class StackedModels(nn.Module):
         """S, the size of the stack's leading axis."""
         return len(self.seeds)
 
+    @property
+    def template(self) -> nn.Module:
+        """The model every seed's slice runs through (a copy of the first seed's, its weights
+        unused): the structure the stack shares."""
+        return self._template
+
     def named_generators(self) -> dict[str, torch.Generator]:
         """The per-seed generators keyed ``"seed<s>"`` (for ``fit(generators=...)``)."""
         return {f"seed{s}": g for s, g in zip(self.seeds, self.generators)}

@@ -30,6 +30,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from ddcl_theory.runtime import data_parallel
 from ddcl_theory.runtime.precision import autocast, maybe_compile
 from ddcl_theory.runtime.rundir import RunDir
+from ddcl_theory.runtime.stacked import StackedModels
 from ddcl_theory.runtime.progress import progress
 
 _STEPS = [0]          # optimiser steps taken by fit in this process (read by the smoke run)
@@ -66,10 +67,9 @@ def flops_key(model: torch.nn.Module) -> str:
     width too (``"StackedModels[d=384]"``): one study stacks models of several widths, whose
     FLOPs per example differ (the width of the template's first LayerNorm; none without one)."""
     name = type(model).__name__
-    template = getattr(model, "_template", None)
-    if template is None:
+    if not isinstance(model, StackedModels):
         return name
-    norms = [m for m in template.modules() if isinstance(m, torch.nn.LayerNorm)]
+    norms = [m for m in model.template.modules() if isinstance(m, torch.nn.LayerNorm)]
     return f"{name}[d={norms[0].normalized_shape[-1]}]" if norms else name
 
 
