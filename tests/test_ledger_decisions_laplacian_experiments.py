@@ -200,9 +200,62 @@ def test_l6_states_the_paper_gaps_against_its_interval_and_the_change_between_co
     assert low < 0.0087 < high < 0.0192
     assert ("+0.87 (ImageNet) lies inside our interval; +1.92 (CIFAR-100) lies above our "
             "interval.") in v.evidence
+    assert v.numbers["end_error"] == pytest.approx(dec.end_error(
+        stats.Interval(v.tests[0].estimate, low, high, v.n_seeds, v.tests[0].method),
+        dec.TEST_RESAMPLES))
     change = scale_change(dec.gaps(s, 100), dec.gaps(s, 300))
     assert v.numbers["count_steps"] == {
         "100 images to 300 images": pytest.approx(change, abs=1e-6)}
+
+
+def test_a_paper_gap_within_the_monte_carlo_error_of_an_end_is_said_to_lie_at_that_end():
+    iv = stats.Interval(0.0056, 0.0023, 0.00874, 78, resampling.CROSSED)
+    error = dec.end_error(iv, dec.TEST_RESAMPLES)
+    assert 0.00003 < error < 0.00006                  # about 0.004 points
+    near = dec._beside_paper(iv, error)
+    assert ("+0.87 (ImageNet) lies at our interval's upper end (+0.874, within 2 Monte Carlo "
+            "standard errors") in near and "+1.92 (CIFAR-100) lies above our interval" in near
+    assert "lies inside our interval" in dec._beside_paper(iv, error / 10)
+    low = stats.Interval(0.012, 0.0090, 0.02, 78, resampling.CROSSED)
+    assert "+0.87 (ImageNet) lies below our interval" in dec._beside_paper(low, error)
+    assert "+1.92 (CIFAR-100) lies inside our interval" in dec._beside_paper(low, error)
+
+
+def test_end_error_follows_the_spread_of_a_percentile_end_over_resamplings():
+    rng = np.random.default_rng(6)
+    per_item = rng.normal(0.0, 1.0, (20, 300)) + rng.normal(0.0, 0.2, (20, 1))
+    ends = [resampling.bootstrap_crossed(per_item, n_resamples=400, seed=k).high
+            for k in range(60)]
+    iv = resampling.bootstrap_crossed(per_item, n_resamples=400)
+    assert dec.end_error(iv, 400) == pytest.approx(np.std(ends, ddof=1), rel=0.35)
+    with pytest.raises(ValueError, match="n_resamples: expected at least 1"):
+        dec.end_error(iv, 0)
+
+
+def test_l6_says_where_each_interval_stands_to_its_sesoi():
+    shown = dec.decide_l6(l6_study(acc=rising(0.0025), noise=0.05))
+    assert shown.word == "reproduced"
+    assert ("Against the SESOI: the gap's interval " in shown.evidence
+            and "; the slope's interval " in shown.evidence)
+    big = dec.decide_l6(l6_study(acc=rising(0.01), noise=0.01))
+    assert "the gap's interval lies beyond its SESOI (+0.40)" in big.evidence
+    flat = dec.decide_l6(l6_study(acc=rising(0.0), noise=0.01))
+    assert "the gap's interval lies short of its SESOI (+0.40): an effect of that size is " \
+           "ruled out" in flat.evidence
+
+
+def test_the_steps_between_image_counts_say_which_intervals_hold_0():
+    both = dec._count_steps_text({"1k to 3k": [0.002, -0.005, 0.009],
+                                  "3k to 9k": [-0.004, -0.010, 0.002]})
+    assert both == ("; between consecutive counts 1k to 3k +0.20 [-0.50, +0.90]; 3k to 9k "
+                    "-0.40 [-1.00, +0.20]; every one of these intervals holds 0, so the path's "
+                    "shape is that of the point estimates alone")
+    one = dec._count_steps_text({"1k to 3k": [0.002, -0.005, 0.009],
+                                 "3k to 9k": [-0.006, -0.010, -0.002]})
+    assert one.endswith("; the interval of 1k to 3k holds 0")
+    none = dec._count_steps_text({"1k to 3k": [0.006, 0.002, 0.009],
+                                  "3k to 9k": [-0.006, -0.010, -0.002]})
+    assert none.endswith("-0.60 [-1.00, -0.20]")
 
 
 def test_mean_standard_errors_split_the_pool_that_seeds_cannot_remove():
@@ -259,6 +312,19 @@ def test_l6_power_fields_come_from_the_deciding_interval_not_from_seeds_alone():
     assert "80% would take " in v.evidence
 
 
+def test_power_text_names_the_seeds_each_test_needs_or_says_none_would():
+    v = dec.decide_l6(l6_study(acc=rising(0.002), noise=0.1))
+    p = {"detectable": 0.01, "power": 0.3}
+    both = dec._power_of_width(v.tests, [{**p, "seeds_needed": None}] * 2, ("pt", "pt/head"))
+    assert both.endswith("no count of seeds would reach 80% for either, as the pool's part "
+                         "alone is too wide.")
+    one = dec._power_of_width(v.tests, [{**p, "seeds_needed": 90}, {**p, "seeds_needed": None}],
+                              ("pt", "pt/head"))
+    assert one.endswith("80% would take 90 seeds and more pool images, as no count of seeds "
+                        "would.")
+    assert dec._power_of_width(v.tests, [None, {**p, "seeds_needed": 9}], ("pt", "pt")) == ""
+
+
 def test_l6_gate_and_seed_count():
     last = _settings(2).n_train[-1]
     v = dec.decide_l6(l6_study(acc=rising(0.005), cut={("sweep", last, 8, "1", 0)}))
@@ -275,14 +341,6 @@ def test_slopes_are_least_squares_over_head_counts_and_gaps_are_paired():
     s = study(acc=rising(0.01), noise=0.0)
     assert dec.slopes(s) == pytest.approx(np.full(len(s.settings.seeds), 0.01), abs=1e-3)
     assert dec.gaps(s) == pytest.approx(np.full(len(s.settings.seeds), 0.04), abs=1e-3)
-
-
-def test_item_standard_errors_follow_the_per_image_disagreements():
-    s = study(acc=rising(0.01), noise=0.0)
-    lap, base = s.by("all")[0], s.by("0")[0]
-    d = lap.correct_items.astype(float) - base.correct_items.astype(float)
-    assert dec.item_standard_errors(s)[0] == pytest.approx(d.std(ddof=1) / np.sqrt(N_EVAL))
-    assert 0 < dec.item_standard_errors(s)[0] < 0.05
 
 
 # ------------------------------------------------------------------------------------- L7

@@ -43,9 +43,9 @@ from ddcl_theory.ledger.verdict import Verdict
 from ddcl_theory.runtime.settings import CONFIRMATORY_SEED_BASE
 
 __all__ = ["L6_TOLERANCE", "L7_TOLERANCE", "L8_TOLERANCE", "PAPER", "PAPER_L6_GAPS",
-           "TERMINAL_ACCURACY", "gaps", "slopes", "item_correct", "item_gaps", "item_slopes",
-           "item_steps", "l6_samples", "crossed_power", "with_crossed_power",
-           "mean_standard_errors", "packed_items", "relative_change", "item_standard_errors",
+           "TERMINAL_ACCURACY", "TEST_RESAMPLES", "STEP_RESAMPLES", "AT_END", "gaps", "slopes", "item_correct", "item_gaps", "item_slopes",
+           "item_steps", "l6_samples", "crossed_power", "crossed_powers", "with_crossed_power",
+           "end_error", "mean_standard_errors", "packed_items", "relative_change",
            "optimum_gate", "terminal_gate",
            "trend_of", "variance_changes", "decide_l6", "decide_l7", "decide_l8"]
 
@@ -74,8 +74,13 @@ PAPER = {
     "L8": "k99 547.7 -> 430.4 (-21%) with all heads Laplacian, reported for its GPT-2-style "
           "language model",
 }
+#: Resamples of the crossed bootstrap that decides L6's tests.
+TEST_RESAMPLES = 9999
 #: Resamples of the crossed bootstrap of L6's steps between head settings (set beside).
 STEP_RESAMPLES = 1999
+#: A paper gap within this many Monte Carlo standard errors of an end of L6's interval is said
+#: to lie at that end: another resampling could put it on either side.
+AT_END = 2.0
 #: The paper's all - none accuracy gaps of L6 (fractions), set beside the interval.
 PAPER_L6_GAPS = {"ImageNet": 0.0087, "CIFAR-100": 0.0192}
 #: The training accuracy a terminal-phase run must reach (L7's Neural Collapse gate).
@@ -135,7 +140,7 @@ def l6_samples(study, n_train: int | None = None) -> list[tuple[stats.Interval, 
     for per_seed, per_item in ((gaps(study, n_train), item_gaps(study, n_train)),
                                (slopes(study, n_train), item_slopes(study, n_train))):
         spread = float(np.std(per_seed, ddof=1)) if per_seed.size > 1 else float("nan")
-        out.append((bootstrap_crossed(per_item), spread))
+        out.append((bootstrap_crossed(per_item, n_resamples=TEST_RESAMPLES), spread))
     return out
 
 
@@ -198,22 +203,40 @@ def crossed_power(interval: stats.Interval, per_item: np.ndarray, effect: float)
             else 1.0, "seeds_needed": need}
 
 
-def with_crossed_power(results: Sequence[TestResult], samples: Sequence[tuple],
-                       per_items: Sequence[np.ndarray]) -> list[TestResult]:
-    """``results`` (decided on ``samples``, as :func:`l6_samples` gives them, from the per-item
-    values ``per_items``) with ``detectable`` and ``seeds_needed`` read off the deciding
-    interval's own width (:func:`crossed_power`), not a t interval over seeds alone, which
-    leaves out the pool."""
+def crossed_powers(results: Sequence[TestResult], samples: Sequence[tuple],
+                   per_items: Sequence[np.ndarray]) -> list[dict | None]:
+    """Per test of ``results`` (decided on ``samples``, as :func:`l6_samples` gives them, from
+    the per-item values ``per_items``), :func:`crossed_power` at the distance from the margin to
+    the SESOI (to the estimate when they coincide); None with fewer than 2 seeds or no
+    distance."""
     out = []
     for r, (interval, _), per_item in zip(results, samples, per_items):
         effect = abs(r.sesoi - r.margin) or abs(r.estimate - r.margin)
-        if not effect > 0 or np.asarray(per_item).shape[0] < 2:
-            out.append(r)
-            continue
-        p = crossed_power(interval, per_item, effect)
-        out.append(dataclasses.replace(r, detectable=p["detectable"],
-                                       seeds_needed=p["seeds_needed"]))
+        usable = effect > 0 and np.asarray(per_item).shape[0] >= 2
+        out.append(crossed_power(interval, per_item, effect) if usable else None)
     return out
+
+
+def with_crossed_power(results: Sequence[TestResult],
+                       powers: Sequence[dict | None]) -> list[TestResult]:
+    """``results`` with ``detectable`` and ``seeds_needed`` from ``powers``
+    (:func:`crossed_powers`: read off the deciding interval's own width, not a t interval over
+    seeds alone, which leaves out the pool); a test whose power is None is kept as it is."""
+    return [r if p is None else dataclasses.replace(r, detectable=p["detectable"],
+                                                    seeds_needed=p["seeds_needed"])
+            for r, p in zip(results, powers)]
+
+
+def end_error(interval: stats.Interval, n_resamples: int) -> float:
+    """Monte Carlo standard error of either end of a percentile bootstrap ``interval`` drawn
+    from ``n_resamples`` resamples (normal approximation: sqrt(a (1 - a) / B) over the density
+    at the end's quantile a, the density read off the interval's width)."""
+    if n_resamples < 1:
+        raise ValueError(f"n_resamples: expected at least 1, got {n_resamples!r}")
+    alpha = (1.0 - interval.confidence) / 2.0
+    sd = (interval.high - interval.low) / (2 * _z(interval.confidence))
+    return float(np.sqrt(alpha * (1 - alpha) / n_resamples) * sd
+                 / norm.pdf(_z(interval.confidence)))
 
 
 def packed_items(study, n_train: int | None = None, at: str = "") -> dict[str, list[str]]:
@@ -233,17 +256,6 @@ def relative_change(study, field: str, **where) -> np.ndarray:
     if np.any(base <= 0):
         raise ValueError(f"field: {field!r} of the baseline must be positive, got {base}")
     return study.values(field, _ALL, **where) / base - 1.0
-
-
-def item_standard_errors(study, n_train: int | None = None) -> np.ndarray:
-    """Per seed, the standard error that sampling the evaluation pool's images adds to that
-    seed's all - none accuracy gap: sd of the per-image differences of correctness over
-    sqrt(images), shape (seeds,)."""
-    out = []
-    for lap, base in zip(study.by(_ALL, n_train=n_train), study.by(_BASE, n_train=n_train)):
-        d = lap.correct_items.astype(float) - base.correct_items.astype(float)
-        out.append(float(d.std(ddof=1) / np.sqrt(d.size)))
-    return np.array(out)
 
 
 # ------------------------------------------------------------------------------- gates
@@ -315,15 +327,52 @@ def _model(study) -> str:
 
 
 # ------------------------------------------------------------------------------- L6
-def _beside_paper(interval: Sequence[float]) -> str:
-    """Where the paper's gaps (:data:`PAPER_L6_GAPS`) fall against ``interval`` (fractions)."""
-    low, high = interval
+def _beside_paper(interval: stats.Interval, error: float) -> str:
+    """Where the paper's gaps (:data:`PAPER_L6_GAPS`) fall against ``interval`` (fractions),
+    an end within :data:`AT_END` times ``error`` (the ends' Monte Carlo standard error,
+    :func:`end_error`) counting as at that end, neither inside nor outside."""
     parts = []
     for where, gap in PAPER_L6_GAPS.items():
-        place = ("inside our interval" if low <= gap <= high
-                 else "above our interval" if gap > high else "below our interval")
+        end, name = min((interval.low, "lower"), (interval.high, "upper"),
+                        key=lambda e: abs(e[0] - gap))
+        if abs(gap - end) <= AT_END * error:
+            place = (f"at our interval's {name} end ({100 * end:+.3f}, within {AT_END:g} Monte "
+                     f"Carlo standard errors of the bootstrap's ends, {100 * error:.3f} points "
+                     "each: another resampling could put it on either side)")
+        else:
+            place = ("inside our interval" if interval.low <= gap <= interval.high
+                     else "above our interval" if gap > interval.high else "below our interval")
         parts.append(f"{100 * gap:+.2f} ({where}) lies {place}")
     return "The paper's gaps: " + "; ".join(parts) + "."
+
+
+def _sesoi_text(tests: Sequence[TestResult], labels: Sequence[str],
+                specs: Sequence[str]) -> str:
+    """Where each test's interval stands to its SESOI (points, ``specs`` the formats)."""
+    parts = []
+    for t, label, spec in zip(tests, labels, specs):
+        sesoi = f"{100 * t.sesoi:{spec}}"
+        parts.append(
+            f"{label}'s interval lies beyond its SESOI ({sesoi}): the effect is at least the "
+            "size that matters" if t.reaches_sesoi else
+            f"{label}'s interval lies short of its SESOI ({sesoi}): an effect of that size is "
+            "ruled out" if t.word == "not reproduced" else
+            f"{label}'s interval clears the margin and holds its SESOI ({sesoi}): the effect "
+            "is shown, that it is as large as the SESOI is not" if t.word == "reproduced" else
+            f"{label}'s interval holds both the margin and its SESOI ({sesoi})")
+    return "Against the SESOI: " + "; ".join(parts) + "."
+
+
+def _count_steps_text(count_steps: Mapping[str, list]) -> str:
+    """The gap's changes between consecutive image counts, and which intervals hold 0."""
+    held = [k for k, (_, low, high) in count_steps.items() if low <= 0 <= high]
+    return ("; between consecutive counts " + "; ".join(
+        f"{k} {100 * v[0]:+.2f} [{100 * v[1]:+.2f}, {100 * v[2]:+.2f}]"
+        for k, v in count_steps.items())
+        + ("; every one of these intervals holds 0, so the path's shape is that of the point "
+           "estimates alone" if len(held) == len(count_steps) else
+           f"; the interval{'s' if len(held) > 1 else ''} of {' and '.join(held)} "
+           f"hold{'' if len(held) > 1 else 's'} 0" if held else ""))
 
 
 def _steps_text(steps: Mapping[str, stats.Interval], n_settings: int) -> str:
@@ -347,24 +396,25 @@ def _count_steps(per_count: Sequence[np.ndarray], labels: Sequence[str]) -> dict
             for (a, x), (b, y) in zip(zip(labels, per_count), zip(labels[1:], per_count[1:]))}
 
 
-def _power_of_width(tests: Sequence[TestResult], samples: Sequence,
-                    per_items: Sequence[np.ndarray], units: Sequence[str]) -> str:
-    """What the deciding intervals' own widths give in power (:func:`crossed_power`)."""
-    found = []
-    for t, (interval, _), per_item, unit in zip(tests, samples, per_items, units):
-        if per_item.shape[0] < 2:
-            return ""
-        found.append((crossed_power(interval, per_item, abs(t.sesoi - t.margin)
-                                    or abs(t.estimate)), unit))
-    need = [f"{p['seeds_needed']} seeds" if p["seeds_needed"] is not None
-            else "more pool images, as no count of seeds would" for p, _ in found]
+def _power_of_width(tests: Sequence[TestResult], powers: Sequence[dict | None],
+                    units: Sequence[str]) -> str:
+    """What the deciding intervals' own widths give in power (``powers``, as
+    :func:`crossed_powers` gives them)."""
+    if any(p is None for p in powers):
+        return ""
+    if all(p["seeds_needed"] is None for p in powers):
+        take = "no count of seeds would reach 80% for either, as the pool's part alone is too wide"
+    else:
+        take = "80% would take " + " and ".join(
+            f"{p['seeds_needed']} seeds" if p["seeds_needed"] is not None
+            else "more pool images, as no count of seeds would" for p in powers)
     return (f"By the deciding intervals' own width (normal approximation; the pool's part held "
             f"fixed as seeds grow), {tests[0].n_seeds} seeds detect "
             + " and ".join(f"{100 * p['detectable']:.{digits}f} {unit}"
-                           for (p, unit), digits in zip(found, (2, 3)))
+                           for p, unit, digits in zip(powers, units, (2, 3)))
             + " with 80% power; at the SESOI their power is "
-            + " and ".join(f"{100 * p['power']:.0f}%" for p, _ in found)
-            + f"; 80% would take {' and '.join(need)}.")
+            + " and ".join(f"{100 * p['power']:.0f}%" for p in powers)
+            + f"; {take}.")
 
 
 def decide_l6(study) -> Verdict:
@@ -379,9 +429,13 @@ def decide_l6(study) -> Verdict:
     samples = {label: l6_samples(study, n) for n, label in zip(st.n_train, st.scales)}
     items = {label: (item_gaps(study, n), item_slopes(study, n))
              for n, label in zip(st.n_train, st.scales)}
-    per_scale = {label: with_crossed_power(rule.evaluate(x), x, items[label])
-                 for label, x in samples.items()}
+    evaluated = {label: rule.evaluate(x) for label, x in samples.items()}
+    powers = {label: crossed_powers(evaluated[label], samples[label], items[label])
+              for label in samples}
+    per_scale = {label: with_crossed_power(evaluated[label], powers[label])
+                 for label in samples}
     tests = per_scale[st.scales[-1]]
+    deciding = samples[st.scales[-1]][0][0]
     runs = [r for s in st.head_settings for r in study.by(s)]
     gate = optimum_gate(runs, f"runs at {st.n_train[-1]} images")
     word = rule.word(tests, [gate])
@@ -389,7 +443,6 @@ def decide_l6(study) -> Verdict:
     acc = {n: {s: float(study.values("eval_acc", s, n_train=n).mean()) for s in study.counts()}
            for n in st.n_train}
     counts = study.counts()
-    item_se = item_standard_errors(study)
     gap, slope = gaps(study), slopes(study)
     gap_by_scale = [gaps(study, n) for n in st.n_train]
     spread = float(np.std(gap, ddof=1)) if gap.size > 1 else 0.0
@@ -397,7 +450,8 @@ def decide_l6(study) -> Verdict:
     steps = {label: bootstrap_crossed(x, n_resamples=STEP_RESAMPLES)
              for label, x in item_steps(study).items()}
     count_steps = _count_steps(gap_by_scale, st.scales)
-    mean_se = mean_standard_errors(items[st.scales[-1]][0], samples[st.scales[-1]][0][0])
+    mean_se = mean_standard_errors(items[st.scales[-1]][0], deciding)
+    error = end_error(deciding, TEST_RESAMPLES)
     evidence = (
         f"{_model(study)} on {study.source}, {tests[0].n_seeds} seeds per head setting"
         + (f" at {st.n_train[-1]} images and {len(st.seeds)} at the smaller counts"
@@ -409,28 +463,27 @@ def decide_l6(study) -> Verdict:
                                        for label, r in per_scale.items())
         + f" ({scale_text(gap_by_scale, st.scales)}, over seeds only: the pool's images are "
         f"the same at every image count"
-        + ("; between consecutive counts " + "; ".join(
-            f"{k} {100 * v[0]:+.2f} [{100 * v[1]:+.2f}, {100 * v[2]:+.2f}]"
-            for k, v in count_steps.items()) if len(count_steps) > 1 else "")
+        + (_count_steps_text(count_steps) if len(count_steps) > 1 else "")
         + f"). Slope at {st.n_train[-1]} images: {_points(tests[1], spec='+.3f')} points per "
-        f"Laplacian head. " + _steps_text(steps, len(counts))
+        f"Laplacian head. " + _sesoi_text(tests, ("the gap", "the slope"), ("+.2f", "+.3f"))
+        + " " + _steps_text(steps, len(counts))
         + f" Standard error of the {gap.size}-seed mean gap: {100 * mean_se['seeds']:.2f} "
         f"points from the seeds' spread ({100 * spread:.2f} points per seed) and "
         f"{100 * mean_se['pool']:.2f} from sampling the pool's images (the part more seeds "
         f"would not remove); the crossed bootstrap's interval implies "
         f"{100 * mean_se['crossed']:.2f}, wider than the two together "
         f"({100 * float(np.hypot(mean_se['seeds'], mean_se['pool'])):.2f}), as that bootstrap is "
-        f"known to be. " + _power_of_width(tests, samples[st.scales[-1]], items[st.scales[-1]],
+        f"known to be. " + _power_of_width(tests, powers[st.scales[-1]],
                                            ("points", "points per head"))
         + _power_text(rule, tests, ("all - none", "the slope")) + " " + _gate_text([gate])
-        + f" Paper: {PAPER['L6']}. " + _beside_paper(tests[0].interval))
+        + f" Paper: {PAPER['L6']}. " + _beside_paper(deciding, error))
     return Verdict(
         "L6", word, evidence,
         our_value=f"all - none {100 * tests[0].estimate:+.2f} points, slope "
                   f"{100 * tests[1].estimate:+.3f} points per head ({st.n_train[-1]} images)",
         numbers={"accuracy": {str(n): a for n, a in acc.items()},
                  "slope_trend": trend_of(per_scale, 1), "gap_trend": trend_of(per_scale, 0),
-                 "item_se": float(np.mean(item_se)), "mean_se": mean_se,
+                 "mean_se": mean_se, "end_error": error,
                  "head_steps": {k: [round(v.estimate, 6), round(v.low, 6), round(v.high, 6)]
                                 for k, v in steps.items()},
                  "count_steps": count_steps},
