@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 
 from ddcl_theory.experiments import laplacian_readout as lr
+from ddcl_theory.ledger import stats
 from ddcl_theory.ledger.claims import rule_of
+from ddcl_theory.ledger.decisions import laplacian_experiments as lx
 from ddcl_theory.ledger.decisions import laplacian_readout as dec
 from ddcl_theory.metrics.geometry import AnovaSplit
 
@@ -180,12 +182,24 @@ def test_a_relative_change_needs_a_positive_baseline():
         dec.samples(lr.ReadoutStudy(s.settings, broken, "test", 10, 16))
 
 
-def test_item_standard_errors_follow_the_per_image_disagreements():
-    s = study(noise=0.0)
-    lap, base = s.by("all")[0], s.by("0")[0]
-    d = lap.correct_items.astype(float) - base.correct_items.astype(float)
-    assert dec.item_standard_errors(s)[0] == pytest.approx(d.std(ddof=1) / np.sqrt(N_EVAL))
-    assert 0 < dec.item_standard_errors(s)[0] < 0.05
+def test_x2_power_fields_come_from_the_crossed_interval_and_the_pool_is_split_out():
+    s = study(gain=0.002, noise=0.0002)            # the seeds agree, the pool's images do not
+    v = dec.decide_x2(s)
+    acc = v.tests[0]
+    iv = stats.Interval(acc.estimate, *acc.interval, acc.n_seeds, acc.method)
+    p = lx.crossed_power(iv, dec.item_differences(s), acc.sesoi - acc.margin)
+    assert (acc.detectable, acc.seeds_needed) == (pytest.approx(p["detectable"]),
+                                                  p["seeds_needed"])
+    assert v.numbers["power"] == pytest.approx(p)
+    seed_only = stats.detectable_effect(float(np.std(dec.samples(s)[0], ddof=1)), v.n_seeds)
+    assert acc.detectable > 5 * seed_only
+    se = lx.mean_standard_errors(dec.item_differences(s), iv)
+    assert v.numbers["mean_se"] == pytest.approx(se)
+    assert (f"Standard error of the {v.n_seeds}-seed mean gap: {100 * se['seeds']:.2f} points "
+            "from the seeds' spread") in v.evidence
+    assert f"at the SESOI their power is {100 * p['power']:.0f}%" in v.evidence
+    # the premise's tests keep their t interval's power
+    assert v.tests[1].method == "paired t"
 
 
 def test_optimum_gate_names_the_cut_runs_and_the_epochs():

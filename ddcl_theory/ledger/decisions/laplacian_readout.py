@@ -30,7 +30,11 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from ddcl_theory.ledger import stats
 from ddcl_theory.ledger.claims import rule_of
+from ddcl_theory.ledger.decisions.laplacian_experiments import (crossed_powers,
+                                                                mean_standard_errors,
+                                                                with_crossed_power)
 from ddcl_theory.ledger.decisions.scales import scale_text
 from ddcl_theory.ledger.design import Gate, TestResult
 from ddcl_theory.ledger.resampling import bootstrap_crossed
@@ -38,8 +42,7 @@ from ddcl_theory.ledger.tolerance import Tolerance
 from ddcl_theory.ledger.verdict import Verdict
 
 __all__ = ["TRAINING", "STATISTICS", "samples", "item_differences", "decided_samples",
-           "item_standard_errors", "encode_items", "optimum_gate", "reading", "trend_of",
-           "decide_x2"]
+           "evaluate", "encode_items", "optimum_gate", "reading", "trend_of", "decide_x2"]
 
 #: How far the numbers quoted by X2 may move between machines, in their printed units (points
 #: of accuracy, per cent of a relative change): 3x the largest standard error of a 3-seed mean
@@ -92,12 +95,15 @@ def decided_samples(study, n_train: int | None = None) -> list:
     return [(bootstrap_crossed(item_differences(study, n_train)), spread)] + per_seed[1:]
 
 
-def item_standard_errors(study, n_train: int | None = None) -> np.ndarray:
-    """Per seed, the standard error that sampling the evaluation pool's images adds to that
-    seed's accuracy gap: sd of the per-image differences of correctness over sqrt(images),
-    shape (seeds,)."""
-    d = item_differences(study, n_train)
-    return d.std(axis=1, ddof=1) / np.sqrt(d.shape[1])
+def evaluate(rule, study, n_train: int | None = None) -> tuple[list[TestResult], dict | None]:
+    """The rule's tests at ``n_train`` images (:func:`decided_samples`), the accuracy test's
+    ``detectable`` and ``seeds_needed`` read off its crossed interval's own width (the pool's
+    part held fixed as seeds grow), and that test's power record
+    (:func:`~ddcl_theory.ledger.decisions.laplacian_experiments.crossed_powers`)."""
+    decided = decided_samples(study, n_train)
+    results = list(rule.evaluate(decided))
+    powers = crossed_powers(results[:1], decided[:1], [item_differences(study, n_train)])
+    return with_crossed_power(results[:1], powers) + results[1:], powers[0]
 
 
 def encode_items(differences: np.ndarray) -> list[str]:
@@ -170,21 +176,43 @@ def _count(value: float, unit: str) -> str:
     return f"{value:g} {unit}" + ("" if value == 1 else "s")
 
 
+def _standard_error_text(mean_se: Mapping[str, float], spread: float, n_seeds: int) -> str:
+    """The split of the mean gap's standard error (points), from
+    :func:`~ddcl_theory.ledger.decisions.laplacian_experiments.mean_standard_errors`."""
+    return (f"Standard error of the {n_seeds}-seed mean gap: {100 * mean_se['seeds']:.2f} points "
+            f"from the seeds' spread ({100 * spread:.2f} points per seed) and "
+            f"{100 * mean_se['pool']:.2f} from sampling the pool's images (the part more seeds "
+            f"would not remove); the interval implies {100 * mean_se['crossed']:.2f}.")
+
+
+def _power_text(power: Mapping | None, n_seeds: int) -> str:
+    """What the accuracy interval's own width gives in power (``power``: a
+    :func:`~ddcl_theory.ledger.decisions.laplacian_experiments.crossed_power` record)."""
+    if power is None:
+        return ""
+    need = (f"80% would take {power['seeds_needed']} seeds" if power["seeds_needed"] is not None
+            else "no count of seeds would reach 80%, as the pool's part alone is too wide")
+    return (f" By the interval's own width (normal approximation; the pool's part held fixed "
+            f"as seeds grow), {n_seeds} seeds detect {100 * power['detectable']:.2f} points with "
+            f"80% power; at the SESOI their power is {100 * power['power']:.0f}%; {need}.")
+
+
 def decide_x2(study) -> Verdict:
     """X2: does a DDCL readout on an encoder whose heads are all Laplacian classify better than
     on the same encoder without (the accuracy test, at the largest image count), and how does
     the premise say to read the answer?"""
     rule = rule_of("X2")
     st = study.settings
-    per_scale = {label: rule.evaluate(decided_samples(study, n))
-                 for n, label in zip(st.n_train, st.scales)}
-    tests = per_scale[st.scales[-1]]
+    evaluated = {label: evaluate(rule, study, n) for n, label in zip(st.n_train, st.scales)}
+    per_scale = {label: results for label, (results, _) in evaluated.items()}
+    tests, power = evaluated[st.scales[-1]]
     acc, after, before, used, sep = tests
     runs = [r for s in (_NONE, _ALL) for r in study.by(s)]
     gate = optimum_gate(runs, f"runs at {st.n_train[-1]} images")
     word = rule.word(tests, [gate])
     read = reading(word, after.word)
-    item_se = item_standard_errors(study)
+    mean_se = mean_standard_errors(item_differences(study), stats.Interval(
+        acc.estimate, *acc.interval, acc.n_seeds, acc.method))
     gaps = samples(study)[0]
     spread = float(np.std(gaps, ddof=1)) if gaps.size > 1 else 0.0
     means = {s: float(study.values("eval_acc", s).mean()) for s in (_NONE, _ALL)}
@@ -210,9 +238,8 @@ def decide_x2(study) -> Verdict:
         + "; ".join(f"{_points(r[0])} points at {label}" for label, r in per_scale.items())
         + f" ({scale_text([samples(study, n)[0] for n in st.n_train], st.scales)}, over seeds "
         f"only; SESOI {_count(100 * acc.sesoi, 'point')}; the interval resamples seeds "
-        f"and pool images together). Sampling the pool's images adds about "
-        f"{100 * float(np.mean(item_se)):.2f} points of standard error to one seed's gap, "
-        f"against a seed-to-seed spread of {100 * spread:.2f} points. Premise, within-"
+        f"and pool images together). " + _standard_error_text(mean_se, spread, acc.n_seeds)
+        + _power_text(power, acc.n_seeds) + " Premise, within-"
         f"sequence variance all / none - 1: after the final LayerNorm {_points(after)}% "
         f"({after.word}), before it {_points(before)}% ({before.word}). Beside: prototypes "
         f"used all - none {_points(used, spec='+.1f')} points ({used.word}); their separation "
@@ -234,7 +261,7 @@ def decide_x2(study) -> Verdict:
     numbers = {"per_scale": {label: [r.to_dict() for r in results]
                              for label, results in per_scale.items()},
                "premise_word": after.word, "reading": read,
-               "item_se": [float(v) for v in item_se], "spread": spread,
+               "mean_se": mean_se, "power": power, "spread": spread,
                "accuracy": {s: [float(v) for v in study.values("eval_acc", s)]
                             for s in (_NONE, _ALL)}}
     return Verdict("X2", word, evidence, our_value=our, numbers=numbers, rule=rule.text,
