@@ -105,6 +105,17 @@ def test_provenance_has_no_absolute_path_and_no_host_name():
     assert record["git_commit"] is None or len(record["git_commit"]) == 40
 
 
+def test_provenance_names_every_seed_the_settings_run_extra_seeds_included():
+    @dataclasses.dataclass(frozen=True)
+    class Sweep:
+        seeds: tuple = (0, 1)
+        extra_seeds: tuple = (5, 6)
+
+    assert provenance("sweep", Sweep())["seed"] == [0, 1, 5, 6]
+    assert provenance("sweep", Sweep(extra_seeds=()))["seed"] == [0, 1]
+    assert provenance("sweep", Sweep(), seed=9)["seed"] == 9
+
+
 def test_settings_hash_changes_with_any_value_and_is_stable():
     assert settings_hash(Tiny()) == settings_hash(Tiny())
     assert settings_hash(Tiny()) != settings_hash(Tiny(steps=13))

@@ -94,9 +94,15 @@ def git_commit() -> tuple[str | None, bool | None]:
 
 
 def _seed_of(settings: Any) -> Any:
-    for name in ("seed", "seeds"):
-        if hasattr(settings, name):
-            return jsonable(getattr(settings, name))
+    """The settings' ``seed``, else its ``seeds`` followed by any ``extra_seeds`` (seeds some
+    runs add, e.g. at one scale only), else None."""
+    if hasattr(settings, "seed"):
+        return jsonable(settings.seed)
+    if hasattr(settings, "seeds"):
+        seeds, extra = settings.seeds, getattr(settings, "extra_seeds", ())
+        if isinstance(seeds, (list, tuple)) and isinstance(extra, (list, tuple)):
+            return jsonable(tuple(seeds) + tuple(extra))
+        return jsonable(seeds)
     return None
 
 
