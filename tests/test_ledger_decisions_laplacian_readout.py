@@ -3,6 +3,8 @@ readout studies (every side of the rule: reproduced, not reproduced for a wrong 
 negligible effect, inconclusive, a failed gate, too few seeds, and a premise that is not met)."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -81,8 +83,8 @@ def test_x2_is_reproduced_when_the_accuracy_gain_clears_0_by_more_than_the_sesoi
     assert [t.binding for t in v.tests[1:]] == [False] * 4
     assert list(v.trend) == ["100 images", "300 images"]
     assert v.trend["100 images"][0] < v.trend["300 images"][0]
-    assert ("the gap rises at every step over the image counts; from 100 images to 300 "
-            "images it moves +2") in v.evidence
+    assert ("the gap's point estimates rise at every step over the image counts; from 100 "
+            "images to 300 images the gap moves +2") in v.evidence
     assert v.gates[0].passed
     assert "also clears the SESOI" in v.evidence and "SESOI 0.4 points;" in v.evidence
     acc = rule_of("X2").tests[0].statistic
@@ -103,11 +105,14 @@ def test_x2_is_not_reproduced_for_a_wrong_sign_and_for_a_negligible_gain():
     wrong = dec.decide_x2(study(gain=-0.03))
     assert wrong.word == "not reproduced" and wrong.interval[1] < 0
     assert "did not help the prototypes" in wrong.evidence
-    assert "less accurate on the Laplacian encoder" in wrong.evidence
+    assert ("Why not reproduced: the accuracy interval lies short of the SESOI (0.4 points), "
+            "and wholly below 0: the readout is less accurate on the Laplacian encoder."
+            ) in wrong.evidence
     small = dec.decide_x2(study(gain=0.002, noise=0.0002, shift=0))     # +0.2 points, real
     assert small.word == "not reproduced"
     assert 0 < small.interval[0] and small.interval[1] < rule_of("X2").tests[0].s
-    assert "smaller than the SESOI (0.4 points), though real" in small.evidence
+    assert ("Why not reproduced: the accuracy interval lies short of the SESOI: any gain is "
+            "smaller than the SESOI (0.4 points), though real") in small.evidence
     assert "not excluded" not in small.evidence
     null = dec.decide_x2(study(gain=0.0, noise=0.0004, shift=0))
     low, high = null.interval
@@ -198,8 +203,26 @@ def test_x2_power_fields_come_from_the_crossed_interval_and_the_pool_is_split_ou
     assert (f"Standard error of the {v.n_seeds}-seed mean gap: {100 * se['seeds']:.2f} points "
             "from the seeds' spread") in v.evidence
     assert f"at the SESOI their power is {100 * p['power']:.0f}%" in v.evidence
+    both = 100 * float(np.hypot(se["seeds"], se["pool"]))
+    assert (f"the interval implies {100 * se['crossed']:.2f}, against {both:.2f} for the two "
+            "together: the crossed bootstrap runs wide.") in v.evidence
+    assert "The rule's own count for the SESOI came from a t interval" in v.evidence
+    assert p["out_of_reach"] is None
     # the premise's tests keep their t interval's power
     assert v.tests[1].method == "paired t"
+
+
+def test_x2_says_when_a_test_beside_clears_0_but_not_its_sesoi():
+    t = dec.decide_x2(study(gain=0.03)).tests
+    sep = dataclasses.replace(t[4], estimate=0.05, interval=(0.01, 0.09), word="reproduced")
+    assert not sep.reaches_sesoi
+    assert dec._beside_word(sep) == ("reproduced: clear of 0, not shown to reach its SESOI of "
+                                     "+10%")
+    used = dataclasses.replace(t[3], estimate=0.03, interval=(0.01, 0.05), word="reproduced")
+    assert dec._beside_word(used) == ("reproduced: clear of 0, not shown to reach its SESOI of "
+                                      "+6.25 points")
+    far = dataclasses.replace(t[4], estimate=0.3, interval=(0.2, 0.4), word="reproduced")
+    assert far.reaches_sesoi and dec._beside_word(far) == "reproduced"
 
 
 def test_optimum_gate_names_the_cut_runs_and_the_epochs():

@@ -32,7 +32,8 @@ import numpy as np
 
 from ddcl_theory.ledger import stats
 from ddcl_theory.ledger.claims import rule_of
-from ddcl_theory.ledger.decisions.laplacian_experiments import (crossed_powers,
+from ddcl_theory.ledger.decisions.laplacian_experiments import (TEST_RESAMPLES,
+                                                                crossed_powers,
                                                                 mean_standard_errors,
                                                                 with_crossed_power)
 from ddcl_theory.ledger.decisions.scales import scale_text
@@ -87,12 +88,15 @@ def item_differences(study, n_train: int | None = None) -> np.ndarray:
 
 def decided_samples(study, n_train: int | None = None) -> list:
     """What the rule's tests are decided on at ``n_train`` images: for the accuracy test the
-    crossed bootstrap interval over seeds and pool images with the per-seed spread of the gap,
+    crossed bootstrap interval over seeds and pool images
+    (:data:`~ddcl_theory.ledger.decisions.laplacian_experiments.TEST_RESAMPLES` resamples, as
+    L6's) with the per-seed spread of the gap,
     for the others their per-seed values (:func:`samples`)."""
     per_seed = samples(study, n_train)
     gaps = per_seed[0]
     spread = float(np.std(gaps, ddof=1)) if gaps.size > 1 else float("nan")
-    return [(bootstrap_crossed(item_differences(study, n_train)), spread)] + per_seed[1:]
+    interval = bootstrap_crossed(item_differences(study, n_train), n_resamples=TEST_RESAMPLES)
+    return [(interval, spread)] + per_seed[1:]
 
 
 def evaluate(rule, study, n_train: int | None = None) -> tuple[list[TestResult], dict | None]:
@@ -158,14 +162,15 @@ def _points(t: TestResult, scale: float = 100.0, spec: str = "+.2f") -> str:
 
 
 def _short_of_sesoi(t: TestResult) -> str:
-    """Which side of a ``not reproduced`` accuracy test: a wrong sign or a negligible gain (and
-    how large a loss the interval leaves open)."""
+    """Why a ``not reproduced`` accuracy test says so: its interval lies short of the SESOI;
+    then which side of 0 (a loss shown, a negligible gain, or how large a loss is left open)."""
     low, high = t.interval
+    sesoi = _count(100 * t.sesoi, "point")
     if high < t.margin:
-        return "the readout is less accurate on the Laplacian encoder (the whole interval is " \
-               "below 0)"
-    text = (f"any gain is smaller than the SESOI ({_count(100 * t.sesoi, 'point')}), "
-            f"{'though real' if low > t.margin else 'if there is one'}")
+        return (f"the accuracy interval lies short of the SESOI ({sesoi}), and wholly below 0: "
+                "the readout is less accurate on the Laplacian encoder")
+    text = (f"the accuracy interval lies short of the SESOI: any gain is smaller than the SESOI "
+            f"({sesoi}), {'though real' if low > t.margin else 'if there is one'}")
     if low < t.margin:
         text += f"; a loss of up to {100 * (t.margin - low):.2f} points is not excluded"
     return text
@@ -182,7 +187,9 @@ def _standard_error_text(mean_se: Mapping[str, float], spread: float, n_seeds: i
     return (f"Standard error of the {n_seeds}-seed mean gap: {100 * mean_se['seeds']:.2f} points "
             f"from the seeds' spread ({100 * spread:.2f} points per seed) and "
             f"{100 * mean_se['pool']:.2f} from sampling the pool's images (the part more seeds "
-            f"would not remove); the interval implies {100 * mean_se['crossed']:.2f}.")
+            f"would not remove); the interval implies {100 * mean_se['crossed']:.2f}, against "
+            f"{100 * float(np.hypot(mean_se['seeds'], mean_se['pool'])):.2f} for the two "
+            f"together: the crossed bootstrap runs wide.")
 
 
 def _power_text(power: Mapping | None, n_seeds: int) -> str:
@@ -191,10 +198,23 @@ def _power_text(power: Mapping | None, n_seeds: int) -> str:
     if power is None:
         return ""
     need = (f"80% would take {power['seeds_needed']} seeds" if power["seeds_needed"] is not None
-            else "no count of seeds would reach 80%, as the pool's part alone is too wide")
+            else "no count of seeds would reach 80%, as "
+            + ("the pool's part alone is too wide" if power["out_of_reach"] == "pool"
+               else f"more than {stats.MAX_SEEDS:,} would be needed"))
     return (f" By the interval's own width (normal approximation; the pool's part held fixed "
-            f"as seeds grow), {n_seeds} seeds detect {100 * power['detectable']:.2f} points with "
-            f"80% power; at the SESOI their power is {100 * power['power']:.0f}%; {need}.")
+            f"as seeds grow; a wide interval errs on the side of too many seeds), {n_seeds} "
+            f"seeds detect {100 * power['detectable']:.2f} points with 80% power; at the SESOI "
+            f"their power is {100 * power['power']:.0f}%; {need}. The rule's own count for the "
+            f"SESOI came from a t interval over an earlier run's seeds alone; this interval also "
+            f"covers the pool and is read off this run's spread.")
+
+
+def _beside_word(t: TestResult) -> str:
+    """A test's word, and for ``reproduced`` whether its interval also clears the SESOI."""
+    if t.word == "reproduced" and not t.reaches_sesoi:
+        sesoi = f"{100 * t.sesoi:+g}{'%' if 'relative' in t.statistic else ' points'}"
+        return f"reproduced: clear of 0, not shown to reach its SESOI of {sesoi}"
+    return t.word
 
 
 def decide_x2(study) -> Verdict:
@@ -241,9 +261,10 @@ def decide_x2(study) -> Verdict:
         f"and pool images together). " + _standard_error_text(mean_se, spread, acc.n_seeds)
         + _power_text(power, acc.n_seeds) + " Premise, within-"
         f"sequence variance all / none - 1: after the final LayerNorm {_points(after)}% "
-        f"({after.word}), before it {_points(before)}% ({before.word}). Beside: prototypes "
-        f"used all - none {_points(used, spec='+.1f')} points ({used.word}); their separation "
-        f"in units of the tokens' spread {_points(sep)}% ({sep.word}). Gate "
+        f"({_beside_word(after)}), before it {_points(before)}% ({_beside_word(before)}). "
+        f"Beside: prototypes used all - none {_points(used, spec='+.1f')} points "
+        f"({_beside_word(used)}); their separation in units of the tokens' spread "
+        f"{_points(sep)}% ({_beside_word(sep)}). Gate "
         f"({gate.name}): {gate.detail}. Reading: {read}."
         + (f" Why {word}: {'; '.join(reasons)}." if word == "inconclusive" and reasons else "")
         + (f" Why {word}: {_short_of_sesoi(acc)}." if word == "not reproduced" else "")

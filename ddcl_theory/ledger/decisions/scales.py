@@ -14,15 +14,16 @@ __all__ = ["scale_path", "scale_change", "scale_text"]
 
 
 def scale_path(values: Sequence[float]) -> str:
-    """The shape of an estimate's path over increasing scales: steady rise or fall, or not
-    monotone (the steps' signs), read off the point estimates alone."""
+    """The shape of the point estimates' path over increasing scales (the verb phrase of a
+    plural subject): steady rise or fall, or the steps' signs. Whether a step is resolved is
+    for an interval to say, not this path."""
     steps = np.sign(np.diff(np.asarray(values, dtype=float)))
     if np.all(steps > 0):
-        return "rises at every step"
+        return "rise at every step"
     if np.all(steps < 0):
-        return "falls at every step"
-    return "is not monotone (" + ", then ".join(
-        "up" if d > 0 else "down" if d < 0 else "flat" for d in steps) + ")"
+        return "fall at every step"
+    return "go " + ", then ".join(
+        "up" if d > 0 else "down" if d < 0 else "flat" for d in steps)
 
 
 def scale_change(first: np.ndarray, last: np.ndarray) -> list[float]:
@@ -43,10 +44,11 @@ def scale_change(first: np.ndarray, last: np.ndarray) -> list[float]:
 
 def scale_text(per_seed: Sequence[np.ndarray], labels: Sequence[str], scale: float = 100.0
                ) -> str:
-    """The gap's path over the image counts (``per_seed[i]``: per-seed gaps at ``labels[i]``,
-    fractions shown as points), and its change from the smallest to the largest with its
-    interval."""
+    """The path of the gap's point estimates over the image counts (``per_seed[i]``: per-seed
+    gaps at ``labels[i]``, fractions shown as points), and its change from the smallest to the
+    largest with Welch's interval (which treats the counts' runs as independent)."""
     est, low, high = (scale * v for v in scale_change(per_seed[0], per_seed[-1]))
-    return (f"the gap {scale_path([float(v.mean()) for v in per_seed])} over the image counts; "
-            f"from {labels[0]} to {labels[-1]} it moves {est:+.2f} [{low:+.2f}, {high:+.2f}] "
-            f"points")
+    return (f"the gap's point estimates {scale_path([float(v.mean()) for v in per_seed])} over "
+            f"the image counts; from {labels[0]} to {labels[-1]} the gap moves {est:+.2f} "
+            f"[{low:+.2f}, {high:+.2f}] points by Welch's interval, as if the counts' runs were "
+            f"independent")
