@@ -204,9 +204,9 @@ def test_x2_power_fields_come_from_the_crossed_interval_and_the_pool_is_split_ou
             "from the seeds' spread") in v.evidence
     assert f"at the SESOI their power is {100 * p['power']:.0f}%" in v.evidence
     both = 100 * float(np.hypot(se["seeds"], se["pool"]))
-    assert (f"the interval implies {100 * se['crossed']:.2f}, against {both:.2f} for the two "
-            "together: the crossed bootstrap runs wide.") in v.evidence
-    assert "The rule's own count for the SESOI came from a t interval" in v.evidence
+    assert f"{lx.crossed_width_text(se)}. By the interval's own width" in v.evidence
+    assert f"{both:.2f}" in v.evidence
+    assert "The count of seeds in the rule's text came from a t interval" in v.evidence
     assert p["out_of_reach"] is None
     # the premise's tests keep their t interval's power
     assert v.tests[1].method == "paired t"
@@ -216,11 +216,11 @@ def test_x2_says_when_a_test_beside_clears_0_but_not_its_sesoi():
     t = dec.decide_x2(study(gain=0.03)).tests
     sep = dataclasses.replace(t[4], estimate=0.05, interval=(0.01, 0.09), word="reproduced")
     assert not sep.reaches_sesoi
-    assert dec._beside_word(sep) == ("reproduced: clear of 0, not shown to reach its SESOI of "
-                                     "+10%")
+    assert dec._beside_word(sep) == ("reproduced: clear of its margin, not shown to reach its "
+                                     "SESOI of +10%")
     used = dataclasses.replace(t[3], estimate=0.03, interval=(0.01, 0.05), word="reproduced")
-    assert dec._beside_word(used) == ("reproduced: clear of 0, not shown to reach its SESOI of "
-                                      "+6.25 points")
+    assert dec._beside_word(used) == ("reproduced: clear of its margin, not shown to reach its "
+                                      "SESOI of +6.25 points")
     far = dataclasses.replace(t[4], estimate=0.3, interval=(0.2, 0.4), word="reproduced")
     assert far.reaches_sesoi and dec._beside_word(far) == "reproduced"
 

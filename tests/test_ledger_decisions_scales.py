@@ -9,10 +9,10 @@ from ddcl_theory.ledger.decisions.scales import scale_change, scale_path, scale_
 
 
 def test_scale_path_reads_the_sign_of_every_step():
-    assert scale_path([0.9, 1.25, 0.35]) == "go up, then down"
+    assert scale_path([0.9, 1.25, 0.35]) == "rise, then fall"
     assert scale_path([1.0, 0.5, 0.1]) == "fall at every step"
     assert scale_path([0.1, 0.5]) == "rise at every step"
-    assert scale_path([0.1, 0.1, 0.3]) == "go flat, then up"
+    assert scale_path([0.1, 0.1, 0.3]) == "stay flat, then rise"
 
 
 def test_scale_change_is_welchs_interval_on_two_sets_of_seeds():
@@ -33,6 +33,7 @@ def test_scale_change_of_constant_seeds_is_a_point_and_scale_text_names_the_ends
     assert scale_change(np.full(3, 0.1), np.full(4, 0.3)) == pytest.approx([0.2] * 3)
     text = scale_text([np.full(3, 0.01), np.full(3, 0.03), np.full(3, 0.02)],
                       ["1 images", "2 images", "3 images"])
-    assert text == ("the gap's point estimates go up, then down over the image counts; from "
+    assert text == ("the gap's point estimates rise, then fall over the image counts; from "
                     "1 images to 3 images the gap moves +1.00 [+1.00, +1.00] points by Welch's "
-                    "interval, as if the counts' runs were independent")
+                    "interval, which ignores that the counts' runs share seeds and so may run "
+                    "wide")

@@ -46,7 +46,7 @@ __all__ = ["L6_TOLERANCE", "L7_TOLERANCE", "L8_TOLERANCE", "PAPER", "PAPER_L6_GA
            "PAPER_ROUNDING", "TERMINAL_ACCURACY", "TEST_RESAMPLES", "STEP_RESAMPLES", "AT_END",
            "gaps", "slopes", "item_correct", "item_gaps", "item_slopes", "item_steps",
            "l6_samples", "crossed_power", "crossed_powers", "with_crossed_power", "end_error",
-           "mean_standard_errors", "packed_items", "relative_change", "optimum_gate",
+           "mean_standard_errors", "crossed_width_text", "packed_items", "relative_change", "optimum_gate",
            "terminal_gate", "trend_of", "variance_changes", "decide_l6", "decide_l7",
            "decide_l8"]
 
@@ -175,6 +175,16 @@ def mean_standard_errors(per_item: np.ndarray, interval: stats.Interval) -> dict
     return {"seeds": float(arr.mean(1).std(ddof=1) / np.sqrt(n)),
             "pool": float(np.sqrt(max(image_var, 0.0) / m)),
             "crossed": float((interval.high - interval.low) / (2 * _z(stats.CONFIDENCE)))}
+
+
+def crossed_width_text(mean_se: Mapping[str, float]) -> str:
+    """The standard error the crossed interval implies against the seeds' and the pool's parts
+    together (points; ``mean_se`` from :func:`mean_standard_errors`), and whether it is wider."""
+    crossed, both = (round(100 * v, 2) for v in (
+        mean_se["crossed"], float(np.hypot(mean_se["seeds"], mean_se["pool"]))))
+    return (f"the crossed bootstrap's interval implies {crossed:.2f}, "
+            + (f"wider than the two together ({both:.2f}), as that bootstrap tends to be"
+               if crossed > both else f"against {both:.2f} for the two together"))
 
 
 def _z(confidence: float) -> float:
@@ -346,10 +356,10 @@ def _beside_paper(interval: stats.Interval, error: float) -> str:
         end, name = min((interval.low, "lower"), (interval.high, "upper"),
                         key=lambda e: abs(e[0] - gap))
         if abs(gap - end) <= AT_END * error + PAPER_ROUNDING:
-            place = (f"at our interval's {name} end ({100 * end:+.3f}): the paper's gap is "
-                     f"known to {100 * PAPER_ROUNDING:.2f} points (its accuracies are rounded) "
-                     f"and the end to {100 * error:.3f} points (one Monte Carlo standard error "
-                     "of the bootstrap), so neither puts it on one side")
+            place = (f"{100 * abs(gap - end):.3f} points from our interval's {name} end "
+                     f"({100 * end:+.3f}), within the paper's rounding ({100 * PAPER_ROUNDING:.2f} "
+                     f"points) plus {AT_END:g} Monte Carlo standard errors of the end "
+                     f"({AT_END:g} x {100 * error:.3f}): on which side it lies is undetermined")
         else:
             place = ("inside our interval" if interval.low <= gap <= interval.high
                      else "above our interval" if gap > interval.high else "below our interval")
@@ -381,8 +391,8 @@ def _count_steps_text(count_steps: Mapping[str, list]) -> str:
     return ("; between consecutive counts, likewise, " + "; ".join(
         f"{k} {100 * v[0]:+.2f} [{100 * v[1]:+.2f}, {100 * v[2]:+.2f}]"
         for k, v in count_steps.items())
-        + ("; every one of these intervals holds 0: no change between counts is resolved, so "
-           "the point estimates' path is not established"
+        + ("; every one of these intervals holds 0: no change between counts is resolved by "
+           "them, so the point estimates' path is not established"
            if len(held) == len(count_steps) else
            f"; the interval{'s' if len(held) > 1 else ''} of {' and '.join(held)} "
            f"hold{'' if len(held) > 1 else 's'} 0" if held else ""))
@@ -429,8 +439,8 @@ def _power_of_width(tests: Sequence[TestResult], powers: Sequence[dict | None],
             f"{p['seeds_needed']} seeds" if p["seeds_needed"] is not None
             else f"no count of seeds, as {_OUT_OF_REACH[p['out_of_reach']]}" for p in powers)
     return (f"By the deciding intervals' own width (normal approximation; the pool's part held "
-            f"fixed as seeds grow; the crossed bootstrap runs wide, so these figures err on the "
-            f"side of too many seeds), {tests[0].n_seeds} seeds detect "
+            f"fixed as seeds grow; the crossed bootstrap tends to run wide, so these figures err "
+            f"on the side of too many seeds), {tests[0].n_seeds} seeds detect "
             + " and ".join(f"{100 * p['detectable']:.{digits}f} {unit}"
                            for p, unit, digits in zip(powers, units, (2, 3)))
             + " with 80% power; at the SESOI their power is "
@@ -491,11 +501,8 @@ def decide_l6(study) -> Verdict:
         + f" Standard error of the {gap.size}-seed mean gap: {100 * mean_se['seeds']:.2f} "
         f"points from the seeds' spread ({100 * spread:.2f} points per seed) and "
         f"{100 * mean_se['pool']:.2f} from sampling the pool's images (the part more seeds "
-        f"would not remove); the crossed bootstrap's interval implies "
-        f"{100 * mean_se['crossed']:.2f}, wider than the two together "
-        f"({100 * float(np.hypot(mean_se['seeds'], mean_se['pool'])):.2f}), as that bootstrap is "
-        f"known to be. " + _power_of_width(tests, powers[st.scales[-1]],
-                                           ("points", "points per head"))
+        f"would not remove); {crossed_width_text(mean_se)}. "
+        + _power_of_width(tests, powers[st.scales[-1]], ("points", "points per head"))
         + _power_text(rule, tests, ("all - none", "the slope")) + " " + _gate_text([gate])
         + f" Paper: {PAPER['L6']}. " + _beside_paper(deciding, error))
     return Verdict(
@@ -692,7 +699,7 @@ def _l8_reading(per_seed: dict[str, np.ndarray], pr: dict, words: dict[str, str]
     text = (" The rule's test at each width: " + "; ".join(
         f"{w} {words[w]}" + ("" if fresh[w] else " (the sweep's runs, seen before this run)")
         for w in labels) + ".")
-    text += (f" The k99 change's point estimate {scale_path(estimates)} over the widths ("
+    text += (f" The k99 change's point estimates {scale_path(estimates)} over the widths ("
              + ", ".join(f"{100 * e:+.1f}%" for e in estimates) + f"); from {labels[0]} to "
              f"{labels[-1]} the change moves {est:+.1f} [{low:+.1f}, {high:+.1f}] points "
              "(Welch, as if the widths' runs were independent)")

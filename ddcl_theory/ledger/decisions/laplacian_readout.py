@@ -34,6 +34,7 @@ from ddcl_theory.ledger import stats
 from ddcl_theory.ledger.claims import rule_of
 from ddcl_theory.ledger.decisions.laplacian_experiments import (TEST_RESAMPLES,
                                                                 crossed_powers,
+                                                                crossed_width_text,
                                                                 mean_standard_errors,
                                                                 with_crossed_power)
 from ddcl_theory.ledger.decisions.scales import scale_text
@@ -187,9 +188,7 @@ def _standard_error_text(mean_se: Mapping[str, float], spread: float, n_seeds: i
     return (f"Standard error of the {n_seeds}-seed mean gap: {100 * mean_se['seeds']:.2f} points "
             f"from the seeds' spread ({100 * spread:.2f} points per seed) and "
             f"{100 * mean_se['pool']:.2f} from sampling the pool's images (the part more seeds "
-            f"would not remove); the interval implies {100 * mean_se['crossed']:.2f}, against "
-            f"{100 * float(np.hypot(mean_se['seeds'], mean_se['pool'])):.2f} for the two "
-            f"together: the crossed bootstrap runs wide.")
+            f"would not remove); {crossed_width_text(mean_se)}.")
 
 
 def _power_text(power: Mapping | None, n_seeds: int) -> str:
@@ -202,18 +201,19 @@ def _power_text(power: Mapping | None, n_seeds: int) -> str:
             + ("the pool's part alone is too wide" if power["out_of_reach"] == "pool"
                else f"more than {stats.MAX_SEEDS:,} would be needed"))
     return (f" By the interval's own width (normal approximation; the pool's part held fixed "
-            f"as seeds grow; a wide interval errs on the side of too many seeds), {n_seeds} "
-            f"seeds detect {100 * power['detectable']:.2f} points with 80% power; at the SESOI "
-            f"their power is {100 * power['power']:.0f}%; {need}. The rule's own count for the "
-            f"SESOI came from a t interval over an earlier run's seeds alone; this interval also "
-            f"covers the pool and is read off this run's spread.")
+            f"as seeds grow; the crossed bootstrap tends to run wide, so these figures err on the "
+            f"side of too many seeds), {n_seeds} seeds detect {100 * power['detectable']:.2f} "
+            f"points with 80% power; at the SESOI their power is {100 * power['power']:.0f}%; "
+            f"{need}. The count of seeds in the rule's text came from a t interval over an "
+            f"earlier run's seeds alone; this one also covers the pool and is read off this "
+            f"run's spread.")
 
 
 def _beside_word(t: TestResult) -> str:
     """A test's word, and for ``reproduced`` whether its interval also clears the SESOI."""
     if t.word == "reproduced" and not t.reaches_sesoi:
         sesoi = f"{100 * t.sesoi:+g}{'%' if 'relative' in t.statistic else ' points'}"
-        return f"reproduced: clear of 0, not shown to reach its SESOI of {sesoi}"
+        return f"reproduced: clear of its margin, not shown to reach its SESOI of {sesoi}"
     return t.word
 
 
@@ -256,9 +256,10 @@ def decide_x2(study) -> Verdict:
         f"heads Laplacian vs none. Accuracy at {st.n_train[-1]} images "
         f"{100 * means[_ALL]:.2f}% vs {100 * means[_NONE]:.2f}%; all - none: "
         + "; ".join(f"{_points(r[0])} points at {label}" for label, r in per_scale.items())
-        + f" ({scale_text([samples(study, n)[0] for n in st.n_train], st.scales)}, over seeds "
-        f"only; SESOI {_count(100 * acc.sesoi, 'point')}; the interval resamples seeds "
-        f"and pool images together). " + _standard_error_text(mean_se, spread, acc.n_seeds)
+        + f" (each interval resamples seeds and pool images together; SESOI "
+        f"{_count(100 * acc.sesoi, 'point')}; "
+        f"{scale_text([samples(study, n)[0] for n in st.n_train], st.scales)}, over seeds "
+        f"only). " + _standard_error_text(mean_se, spread, acc.n_seeds)
         + _power_text(power, acc.n_seeds) + " Premise, within-"
         f"sequence variance all / none - 1: after the final LayerNorm {_points(after)}% "
         f"({_beside_word(after)}), before it {_points(before)}% ({_beside_word(before)}). "

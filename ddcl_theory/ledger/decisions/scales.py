@@ -22,8 +22,7 @@ def scale_path(values: Sequence[float]) -> str:
         return "rise at every step"
     if np.all(steps < 0):
         return "fall at every step"
-    return "go " + ", then ".join(
-        "up" if d > 0 else "down" if d < 0 else "flat" for d in steps)
+    return ", then ".join("rise" if d > 0 else "fall" if d < 0 else "stay flat" for d in steps)
 
 
 def scale_change(first: np.ndarray, last: np.ndarray) -> list[float]:
@@ -46,9 +45,9 @@ def scale_text(per_seed: Sequence[np.ndarray], labels: Sequence[str], scale: flo
                ) -> str:
     """The path of the gap's point estimates over the image counts (``per_seed[i]``: per-seed
     gaps at ``labels[i]``, fractions shown as points), and its change from the smallest to the
-    largest with Welch's interval (which treats the counts' runs as independent)."""
+    largest with Welch's interval (which ignores that the counts' runs share seeds)."""
     est, low, high = (scale * v for v in scale_change(per_seed[0], per_seed[-1]))
     return (f"the gap's point estimates {scale_path([float(v.mean()) for v in per_seed])} over "
             f"the image counts; from {labels[0]} to {labels[-1]} the gap moves {est:+.2f} "
-            f"[{low:+.2f}, {high:+.2f}] points by Welch's interval, as if the counts' runs were "
-            f"independent")
+            f"[{low:+.2f}, {high:+.2f}] points by Welch's interval, which ignores that the "
+            f"counts' runs share seeds and so may run wide")
