@@ -46,9 +46,9 @@ __all__ = ["L6_TOLERANCE", "L7_TOLERANCE", "L8_TOLERANCE", "PAPER", "PAPER_L6_GA
            "PAPER_ROUNDING", "TERMINAL_ACCURACY", "TEST_RESAMPLES", "STEP_RESAMPLES", "AT_END",
            "gaps", "slopes", "item_correct", "item_gaps", "item_slopes", "item_steps",
            "l6_samples", "crossed_power", "crossed_powers", "with_crossed_power", "end_error",
-           "mean_standard_errors", "crossed_width_text", "packed_items", "relative_change", "optimum_gate",
-           "terminal_gate", "trend_of", "variance_changes", "decide_l6", "decide_l7",
-           "decide_l8"]
+           "mean_standard_errors", "crossed_width_text", "packed_items", "relative_change",
+           "optimum_gate", "terminal_gate", "trend_of", "variance_changes", "decide_l6",
+           "decide_l7", "decide_l8"]
 
 #: How far the numbers quoted by L6, L7 and L8 may move between machines: 3x the largest
 #: standard error of a 3-seed mean in the cpu run, in the units printed (points of accuracy,
