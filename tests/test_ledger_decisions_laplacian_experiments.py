@@ -20,6 +20,16 @@ from ddcl_theory.metrics.geometry import AnovaSplit
 
 N_EVAL = 1000
 COUNTS = {"0": 0, "1": 1, "half": 2, "all": 4}
+#: The chapter's resample counts, kept for the tests that read them.
+CHAPTER_RESAMPLES = (dec.TEST_RESAMPLES, dec.STEP_RESAMPLES)
+
+
+@pytest.fixture(autouse=True)
+def _fewer_resamples(monkeypatch):
+    """Fewer crossed-bootstrap resamples than the chapter's keep these tests fast; the words
+    tested here do not hinge on the Monte Carlo error of an interval's end."""
+    monkeypatch.setattr(dec, "TEST_RESAMPLES", 999)
+    monkeypatch.setattr(dec, "STEP_RESAMPLES", 199)
 
 
 def _wiggle(seed: int, size: float) -> float:
@@ -134,7 +144,8 @@ def test_l6_intervals_resample_seeds_and_pool_images_from_the_committed_items():
     bits = {k: np.stack([np.unpackbits(np.frombuffer(bytes.fromhex(h), np.uint8))[:N_EVAL]
                          for h in v.per_seed[k]]).astype(float) for k in keys}
     assert np.array_equal(bits[keys[-1]] - bits[keys[0]], dec.item_gaps(s))
-    again = resampling.bootstrap_crossed(bits[keys[-1]] - bits[keys[0]])
+    again = resampling.bootstrap_crossed(bits[keys[-1]] - bits[keys[0]],
+                                         n_resamples=dec.TEST_RESAMPLES)
     assert [again.low, again.high] == pytest.approx(v.tests[0].interval)
     # a shared per-image effect that seeds cannot average out widens the interval beyond the
     # seed-only one
@@ -211,7 +222,7 @@ def test_l6_states_the_paper_gaps_against_its_interval_and_the_change_between_co
 
 def test_a_paper_gap_within_rounding_and_monte_carlo_error_of_an_end_lies_at_that_end():
     iv = stats.Interval(0.0056, 0.0023, 0.00874, 78, resampling.CROSSED)
-    error = dec.end_error(iv, dec.TEST_RESAMPLES)
+    error = dec.end_error(iv, CHAPTER_RESAMPLES[0])
     assert 0.00003 < error < 0.00006                  # about 0.004 points
     near = dec._beside_paper(iv, error)
     assert ("+0.87 (ImageNet) lies 0.004 points from our interval's upper end (+0.874), within "

@@ -20,6 +20,13 @@ COUNTS = (100, 300)
 LAST = COUNTS[-1]
 
 
+@pytest.fixture(autouse=True)
+def _fewer_resamples(monkeypatch):
+    """Fewer crossed-bootstrap resamples than the chapter's keep these tests fast; the words
+    tested here do not hinge on the Monte Carlo error of an interval's end."""
+    monkeypatch.setattr(dec, "TEST_RESAMPLES", 999)
+
+
 def _wiggle(seed: int, size: float) -> float:
     """A deterministic per-seed wiggle of sd about ``size`` (mean about 0 over the seeds)."""
     return size * np.sqrt(2) * np.sin(2.1 * seed + 0.3)
@@ -121,9 +128,11 @@ def test_x2_is_not_reproduced_for_a_wrong_sign_and_for_a_negligible_gain():
             in null.evidence)
 
 
-def test_x2_interval_covers_the_sampling_of_the_shared_pool():
+def test_x2_interval_covers_the_sampling_of_the_shared_pool(monkeypatch):
     """The same seed gaps with more pool images the arms disagree on: the t interval over
-    seeds would not move, the accuracy interval widens."""
+    seeds would not move, the accuracy interval widens (the chapter's resamples: the wide
+    interval's upper end lies near the SESOI)."""
+    monkeypatch.setattr(dec, "TEST_RESAMPLES", lx.TEST_RESAMPLES)
     narrow, wide = (dec.decide_x2(study(gain=0.002, noise=0.0002, shift=k)) for k in (0, 11))
     assert narrow.per_seed[rule_of("X2").tests[0].statistic] == pytest.approx(
         wide.per_seed[rule_of("X2").tests[0].statistic], abs=1e-12)
