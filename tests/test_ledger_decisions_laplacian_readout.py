@@ -4,6 +4,7 @@ negligible effect, inconclusive, a failed gate, too few seeds, and a premise tha
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -13,6 +14,8 @@ from ddcl_theory.ledger import stats
 from ddcl_theory.ledger.claims import rule_of
 from ddcl_theory.ledger.decisions import laplacian_experiments as lx
 from ddcl_theory.ledger.decisions import laplacian_readout as dec
+from ddcl_theory.ledger.earlier_runs import earlier_runs
+from ddcl_theory.ledger.rules import X2_PLANNING_SPREAD
 from ddcl_theory.metrics.geometry import AnovaSplit
 
 N_EVAL = 1000
@@ -165,16 +168,18 @@ def test_x2_with_fewer_seeds_than_the_rule_registers_is_a_pilot():
     assert f"fewer than the rule's {rule_of('X2').n_seeds}" in v.evidence
 
 
-@pytest.mark.parametrize("within, spread, premise", [(0.3, 0.02, "not reproduced"),
-                                                     (0.0, 0.02, "not reproduced"),
-                                                     (-0.08, 0.2, "inconclusive")])
-def test_x2_premise_not_met_changes_the_reading_not_the_word(within, spread, premise):
-    """Tokens roughened, unchanged, or not shown smoothed: the word stays the accuracy's."""
+@pytest.mark.parametrize("within, spread, premise, how", [
+    (0.3, 0.02, "not reproduced", "raised"),
+    (0.0, 0.02, "not reproduced", "did not lower"),
+    (-0.08, 0.2, "inconclusive", "were not shown to lower")])
+def test_x2_premise_not_met_changes_the_reading_not_the_word(within, spread, premise, how):
+    """Tokens roughened, unchanged, or not shown smoothed: the word stays the accuracy's, and
+    the reading says which (a rise shown is called one)."""
     v = dec.decide_x2(study(within=within, var_noise=spread))
     assert v.word == "reproduced" and v.numbers["premise_word"] == premise
     assert "not whether smoothing does" in v.numbers["reading"]
-    assert ("did not lower" if premise == "not reproduced"
-            else "were not shown to lower") in v.evidence
+    assert f"the Laplacian heads {how} the within-sequence variance" in v.evidence
+    assert (v.tests[1].interval[0] > 0) == (how == "raised")
 
 
 def test_paired_samples_are_differences_and_relative_changes_by_seed():
@@ -215,7 +220,18 @@ def test_x2_power_fields_come_from_the_crossed_interval_and_the_pool_is_split_ou
     both = 100 * float(np.hypot(se["seeds"], se["pool"]))
     assert f"{lx.crossed_width_text(se)}. By the interval's own width" in v.evidence
     assert f"{both:.2f}" in v.evidence
-    assert "The count of seeds in the rule's text came from a t interval" in v.evidence
+    planned = stats.detectable_effect(X2_PLANNING_SPREAD, rule_of("X2").n_seeds)
+    assert (f"The rule's text expected 43 seeds to detect {100 * planned:.2f} points, from a t "
+            f"interval over an earlier run's seeds alone") in v.evidence
+    assert p["detectable"] < planned
+    assert (f"{100 * p['detectable']:.2f} points, at least as sensitive as planned."
+            ) in v.evidence
+    noisy = dec.decide_x2(study(gain=0.005, noise=0.03))
+    wide = noisy.numbers["power"]["detectable"]
+    assert wide > planned
+    assert f"{100 * wide:.2f} points, less sensitive than planned." in noisy.evidence
+    # a pilot's few seeds are not set against the rule's plan
+    assert "expected 43 seeds" not in dec.decide_x2(study(5)).evidence
     assert p["out_of_reach"] is None
     # the premise's tests keep their t interval's power
     assert v.tests[1].method == "paired t"
@@ -254,3 +270,92 @@ def test_the_reference_profile_runs_the_seeds_the_rule_registers():
         confirmatory_seeds(rule_of("X2").n_seeds, run=1))
     assert "PILOT" not in rule_of("X2").power and str(rule_of("X2").n_seeds) in rule_of(
         "X2").power
+
+
+def test_the_rules_planned_sensitivity_is_the_planning_spreads():
+    """The rule's text sizes its seeds from a t interval at the planning spread: the number
+    the evidence sets beside this run's is the one the text quotes."""
+    text = rule_of("X2").power
+    planned = stats.detectable_effect(X2_PLANNING_SPREAD, rule_of("X2").n_seeds)
+    assert f"sd {X2_PLANNING_SPREAD:.4f}" in text and f"{100 * planned:.2f} points" in text
+    assert stats.seeds_needed(X2_PLANNING_SPREAD, rule_of("X2").tests[0].sesoi) == 141
+    assert "about 141 seeds" in text
+
+
+def test_per_image_values_decode_to_what_was_encoded():
+    rng = np.random.default_rng(0)
+    items = rng.integers(-1, 2, size=(5, 37)).astype(float)
+    assert np.array_equal(dec.decode_items(dec.encode_items(items)), items)
+    with pytest.raises(ValueError, match="encoded"):
+        dec.decode_items(["+0-", "+0"])
+    with pytest.raises(ValueError, match="encoded"):
+        dec.decode_items(["+0x"])
+
+
+def _earlier(v, seeds, code="abc1234"):
+    return {"recorded_in": "def5678", "code": code, "date": "2026-01-01",
+            "what": "a run under an older loop", "seeds": list(seeds), "per_seed": v.per_seed}
+
+
+def test_an_earlier_run_is_decided_from_its_committed_values_as_the_record_is():
+    v = dec.decide_x2(study(gain=-0.03))
+    again = dec.earlier_tests(rule_of("X2"), v.per_seed)
+    assert [(t.word, t.interval) for t in again] == [(t.word, t.interval) for t in v.tests]
+    broken = {**v.per_seed, rule_of("X2").tests[0].statistic: [0.5] * v.n_seeds}
+    with pytest.raises(ValueError, match="do not average"):
+        dec.earlier_tests(rule_of("X2"), broken)
+
+
+def test_a_loss_is_qualified_when_an_earlier_run_on_the_same_seeds_held_0():
+    null = dec.decide_x2(study(gain=0.0, noise=0.0004, shift=0))        # 0 inside, no gain
+    loss = study(gain=-0.03)
+    seeds = loss.settings.seeds
+    v = dec.decide_x2(loss, earlier=[_earlier(null, seeds)])
+    assert v.word == "not reproduced" and v.interval[1] < 0
+    acc = v.numbers["earlier"][0]["tests"][0]
+    low, high = acc["interval"]
+    assert low < 0 < high and v.numbers["earlier"][0]["code"] == "abc1234"
+    assert ("the readout is less accurate on the Laplacian encoder under this version of the "
+            "training code; an earlier run on the same seeds under the code of abc1234 put 0 "
+            f"inside its interval ({100 * acc['estimate']:+.2f} [{100 * low:+.2f}, "
+            f"{100 * high:+.2f}] points), so the loss is shown for one version of the code only, "
+            "while both runs lie short of the SESOI.") in v.evidence
+    assert "Run to run: the same seeds under the code of abc1234 (a run under an older loop; "\
+        "2026-01-01) gave all - none" in v.evidence
+    # an earlier run that also lost: no qualifier; one on other seeds: not set beside
+    same = dec.decide_x2(loss, earlier=[_earlier(v, seeds)])
+    assert "as in the earlier run on the same seeds" in same.evidence
+    assert "every test's word the same as this run's" in same.evidence
+    other = dec.decide_x2(loss, earlier=[_earlier(null, [s + 1 for s in seeds])])
+    assert "Run to run" not in other.evidence and other.numbers["earlier"] == []
+    assert other.evidence.endswith("the readout is less accurate on the Laplacian encoder.")
+
+
+def test_the_committed_earlier_run_of_x2_is_the_reference_seeds_and_decides():
+    runs = earlier_runs("X2")
+    assert [r["recorded_in"] for r in runs] == ["82d2243"]
+    from ddcl_theory.runtime import profile
+    seeds = lr.ReadoutSettings.for_profile(profile.Profile("reference", "cpu")).seeds
+    assert runs[0]["seeds"] == list(seeds)
+    tests = dec.earlier_tests(rule_of("X2"), runs[0]["per_seed"])
+    # as that run's committed verdict gave it: -0.41 [-0.95, +0.11] points, not reproduced
+    assert tests[0].estimate == pytest.approx(-0.0041070, abs=1e-6)
+    assert tests[0].interval == pytest.approx((-0.0095, 0.0011), abs=5e-4)
+    assert [t.word for t in tests] == ["not reproduced"] * 4 + ["inconclusive"]
+
+
+def test_earlier_runs_reject_a_malformed_record(tmp_path):
+    folder = tmp_path / "earlier"
+    folder.mkdir()
+    assert earlier_runs("X9", tmp_path) == []
+    (folder / "X9.json").write_text('{"claim": "X8", "runs": []}')
+    with pytest.raises(ValueError, match="claim must be 'X9'"):
+        earlier_runs("X9", tmp_path)
+    (folder / "X9.json").write_text('{"claim": "X9", "runs": [{"code": "a"}]}')
+    with pytest.raises(ValueError, match=r"runs\[0\] lacks recorded_in"):
+        earlier_runs("X9", tmp_path)
+    run = {"recorded_in": "a", "code": "b", "date": "c", "what": "d", "seeds": [1, 2],
+           "per_seed": {"gap": [0.1]}}
+    (folder / "X9.json").write_text(json.dumps({"claim": "X9", "runs": [run]}))
+    with pytest.raises(ValueError, match="has 1 values for 2 seeds"):
+        earlier_runs("X9", tmp_path)

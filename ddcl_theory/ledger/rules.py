@@ -716,6 +716,10 @@ X2_VARIANCE_WHY = ("a tenth of the variance: L7's smallest effect for the same q
 X2_USAGE_SESOI = 1 / 16
 X2_USAGE_WHY = "one prototype of a head's 16"
 X2_SEEDS = 43
+#: The per-seed sd of the accuracy gap at 9,000 images in X2's first confirmatory run (seeds
+#: 1000-1042, committed in 709bf02), from which the rule's power text sizes its seeds: the 43
+#: seeds "detect 0.74 points" by a t interval over seeds alone.
+X2_PLANNING_SPREAD = 0.016819
 RULES["X2"] = Rule(
     tests=(
         Test("accuracy of the DDCL readout on the evaluation pool, encoder with all heads "

@@ -22,7 +22,10 @@ about smoothing where the tokens were smoothed, a word about Laplacian heads whe
 :class:`~ddcl_theory.experiments.laplacian_readout.ReadoutStudy`: ``settings`` (``n_train``,
 ``scales``, the model's sizes), ``source``, ``values(field, setting, n_train)`` (per-seed
 arrays in seed order) and ``by(setting, n_train)`` (runs with ``seed``, ``past_optimum``,
-``best_epoch``, ``epochs``, ``correct_items``).
+``best_epoch``, ``epochs``, ``correct_items``). An earlier run on the same seeds under an
+earlier version of the training code (:mod:`ddcl_theory.ledger.earlier_runs`) is decided by the
+same tests from its committed per-seed values and set beside: where it disagrees with the run of
+record, the evidence says which conclusions rest on one version of the code.
 """
 from __future__ import annotations
 
@@ -40,11 +43,13 @@ from ddcl_theory.ledger.decisions.laplacian_experiments import (TEST_RESAMPLES,
 from ddcl_theory.ledger.decisions.scales import scale_text
 from ddcl_theory.ledger.design import Gate, TestResult
 from ddcl_theory.ledger.resampling import bootstrap_crossed
+from ddcl_theory.ledger.rules import X2_PLANNING_SPREAD
 from ddcl_theory.ledger.tolerance import Tolerance
 from ddcl_theory.ledger.verdict import Verdict
 
-__all__ = ["TRAINING", "STATISTICS", "samples", "item_differences", "decided_samples",
-           "evaluate", "encode_items", "optimum_gate", "reading", "trend_of", "decide_x2"]
+__all__ = ["TRAINING", "STATISTICS", "ITEMS", "samples", "item_differences",
+           "decided_samples", "evaluate", "encode_items", "decode_items", "earlier_tests",
+           "optimum_gate", "reading", "trend_of", "decide_x2"]
 
 #: How far the numbers quoted by X2 may move between machines, in their printed units (points
 #: of accuracy, per cent of a relative change): 3x the largest standard error of a 3-seed mean
@@ -61,6 +66,11 @@ _ALL, _NONE = "all", "0"
 STATISTICS = (("eval_acc", "difference"), ("final.within_sequence", "relative"),
               ("stream.within_sequence", "relative"), ("fraction_used", "difference"),
               ("relative_min", "relative"))
+#: Short names of the rule's tests, in its order, for sentences.
+_SHORT = ("accuracy", "premise after the final LayerNorm", "premise before it",
+          "prototypes used", "their separation")
+#: What follows the accuracy statistic in the name of its committed per-image values.
+ITEMS = " (per pool image, - 0 +)"
 
 
 def _paired(study, field: str, how: str, n_train: int | None) -> np.ndarray:
@@ -93,11 +103,24 @@ def decided_samples(study, n_train: int | None = None) -> list:
     (:data:`~ddcl_theory.ledger.decisions.laplacian_experiments.TEST_RESAMPLES` resamples, as
     L6's) with the per-seed spread of the gap,
     for the others their per-seed values (:func:`samples`)."""
-    per_seed = samples(study, n_train)
+    return _decided(item_differences(study, n_train), samples(study, n_train))
+
+
+def _decided(items: np.ndarray, per_seed: list[np.ndarray]) -> list:
+    """The accuracy test's crossed interval over ``items`` (seeds, images) with the spread of
+    its per-seed gaps ``per_seed[0]``, then the other tests' per-seed values."""
     gaps = per_seed[0]
     spread = float(np.std(gaps, ddof=1)) if gaps.size > 1 else float("nan")
-    interval = bootstrap_crossed(item_differences(study, n_train), n_resamples=TEST_RESAMPLES)
+    interval = bootstrap_crossed(items, n_resamples=TEST_RESAMPLES)
     return [(interval, spread)] + per_seed[1:]
+
+
+def _tests(rule, items: np.ndarray, per_seed: list[np.ndarray]
+           ) -> tuple[list[TestResult], dict | None]:
+    decided = _decided(items, per_seed)
+    results = list(rule.evaluate(decided))
+    powers = crossed_powers(results[:1], decided[:1], [items])
+    return with_crossed_power(results[:1], powers) + results[1:], powers[0]
 
 
 def evaluate(rule, study, n_train: int | None = None) -> tuple[list[TestResult], dict | None]:
@@ -105,10 +128,20 @@ def evaluate(rule, study, n_train: int | None = None) -> tuple[list[TestResult],
     ``detectable`` and ``seeds_needed`` read off its crossed interval's own width (the pool's
     part held fixed as seeds grow), and that test's power record
     (:func:`~ddcl_theory.ledger.decisions.laplacian_experiments.crossed_powers`)."""
-    decided = decided_samples(study, n_train)
-    results = list(rule.evaluate(decided))
-    powers = crossed_powers(results[:1], decided[:1], [item_differences(study, n_train)])
-    return with_crossed_power(results[:1], powers) + results[1:], powers[0]
+    return _tests(rule, item_differences(study, n_train), samples(study, n_train))
+
+
+def earlier_tests(rule, per_seed: Mapping[str, Sequence]) -> list[TestResult]:
+    """The rule's tests on an earlier run's committed per-seed values (``per_seed``: as
+    :func:`decide_x2` commits them, keyed by statistic, the accuracy test's per-image values
+    under its statistic + :data:`ITEMS`), decided as the run of record's are."""
+    acc = rule.tests[0].statistic
+    items = decode_items(per_seed[acc + ITEMS])
+    values = [np.asarray(per_seed[t.statistic], dtype=float) for t in rule.all_tests]
+    if not np.allclose(items.mean(axis=1), values[0], atol=1e-9):
+        raise ValueError(f"per_seed: the per-image values of {acc!r} do not average to its "
+                         f"per-seed gaps")
+    return _tests(rule, items, values)[0]
 
 
 def encode_items(differences: np.ndarray) -> list[str]:
@@ -116,6 +149,16 @@ def encode_items(differences: np.ndarray) -> list[str]:
     +1), the committed per-item values behind the accuracy interval."""
     table = np.array(list("-0+"))
     return ["".join(table[row.astype(int) + 1]) for row in differences]
+
+
+def decode_items(encoded: Sequence[str]) -> np.ndarray:
+    """The inverse of :func:`encode_items`: shape (seeds, images), values in {-1, 0, 1}."""
+    lookup = np.full(256, 9, dtype=np.int8)
+    lookup[[ord("-"), ord("0"), ord("+")]] = [-1, 0, 1]
+    rows = [lookup[np.frombuffer(row.encode("ascii"), dtype=np.uint8)] for row in encoded]
+    if len({r.size for r in rows}) > 1 or any((r == 9).any() for r in rows):
+        raise ValueError("encoded: expected strings of equal length over '-', '0', '+'")
+    return np.stack(rows).astype(float)
 
 
 def optimum_gate(runs: Sequence, what: str) -> Gate:
@@ -131,10 +174,10 @@ def optimum_gate(runs: Sequence, what: str) -> Gate:
     return Gate("read at the validation optimum", not cut, detail)
 
 
-def reading(word: str, premise: str) -> str:
+def reading(word: str, premise: str, raised: bool = False) -> str:
     """How the claim's ``word`` reads given the word of the premise after the final LayerNorm
     (``reproduced``: the Laplacian heads lowered the within-sequence variance of the tokens the
-    readout reads)."""
+    readout reads; ``raised``: its interval lies wholly above 0)."""
     if premise == "reproduced":
         return {"reproduced": "the Laplacian heads smoothed the tokens the readout reads, and "
                               "the readout classified better: smoothing helped the prototypes",
@@ -143,7 +186,7 @@ def reading(word: str, premise: str) -> str:
                                   "effect of interest: smoothing did not help the prototypes",
                 }.get(word, "the Laplacian heads smoothed the tokens the readout reads; "
                             "whether that helped the readout is open at this power")
-    why = ("did not lower" if premise == "not reproduced"
+    why = ("raised" if raised else "did not lower" if premise == "not reproduced"
            else "were not shown to lower")
     return (f"the Laplacian heads {why} the within-sequence variance of the tokens the readout "
             f"reads, so the word says whether Laplacian heads help a DDCL readout, not whether "
@@ -162,14 +205,31 @@ def _points(t: TestResult, scale: float = 100.0, spec: str = "+.2f") -> str:
     return f"{scale * t.estimate:{spec}} [{scale * low:{spec}}, {scale * high:{spec}}]"
 
 
-def _short_of_sesoi(t: TestResult) -> str:
+def _holds_margin(t: TestResult) -> bool:
+    return t.interval[0] <= t.margin <= t.interval[1]
+
+
+def _short_of_sesoi(t: TestResult, earlier: Sequence[tuple[Mapping, TestResult]] = ()) -> str:
     """Why a ``not reproduced`` accuracy test says so: its interval lies short of the SESOI;
-    then which side of 0 (a loss shown, a negligible gain, or how large a loss is left open)."""
+    then which side of 0 (a loss shown, a negligible gain, or how large a loss is left open).
+    A loss is qualified when an earlier run on the same seeds (``earlier``: its record and its
+    accuracy test) put 0 inside its interval."""
     low, high = t.interval
     sesoi = _count(100 * t.sesoi, "point")
     if high < t.margin:
-        return (f"the accuracy interval lies short of the SESOI ({sesoi}), and wholly below 0: "
+        text = (f"the accuracy interval lies short of the SESOI ({sesoi}), and wholly below 0: "
                 "the readout is less accurate on the Laplacian encoder")
+        held = [(run, e) for run, e in earlier if _holds_margin(e)]
+        if held:
+            run, e = held[0]
+            short = e.word == "not reproduced"
+            text += (f" under this version of the training code; an earlier run on the same "
+                     f"seeds under the code of {run['code']} put 0 inside its interval "
+                     f"({_points(e)} points), so the loss is shown for one version of the code "
+                     f"only" + (", while both runs lie short of the SESOI" if short else ""))
+        elif earlier:
+            text += ", as in the earlier run on the same seeds"
+        return text
     text = (f"the accuracy interval lies short of the SESOI: any gain is smaller than the SESOI "
             f"({sesoi}), {'though real' if low > t.margin else 'if there is one'}")
     if low < t.margin:
@@ -191,9 +251,26 @@ def _standard_error_text(mean_se: Mapping[str, float], spread: float, n_seeds: i
             f"would not remove); {crossed_width_text(mean_se)}.")
 
 
-def _power_text(power: Mapping | None, n_seeds: int) -> str:
+def _planned_text(power: Mapping, n_seeds: int, rule_seeds: int) -> str:
+    """The rule's planned sensitivity (a t interval over the seeds of its planning run,
+    :data:`~ddcl_theory.ledger.rules.X2_PLANNING_SPREAD`) beside the one this run gives, when
+    it ran the rule's ``rule_seeds`` seeds (a pilot's ``n_seeds`` are not compared)."""
+    if n_seeds != rule_seeds:
+        return ""
+    planned = stats.detectable_effect(X2_PLANNING_SPREAD, rule_seeds)
+    got = power["detectable"]
+    verdict = ("less sensitive than planned" if round(100 * got, 2) > round(100 * planned, 2)
+               else "at least as sensitive as planned")
+    return (f" The rule's text expected {rule_seeds} seeds to detect {100 * planned:.2f} points, "
+            f"from a t interval over an earlier run's seeds alone (sd "
+            f"{100 * X2_PLANNING_SPREAD:.2f} points); this interval also covers the pool and is "
+            f"read off this run's spread: {100 * got:.2f} points, {verdict}.")
+
+
+def _power_text(power: Mapping | None, n_seeds: int, rule_seeds: int) -> str:
     """What the accuracy interval's own width gives in power (``power``: a
-    :func:`~ddcl_theory.ledger.decisions.laplacian_experiments.crossed_power` record)."""
+    :func:`~ddcl_theory.ledger.decisions.laplacian_experiments.crossed_power` record), beside
+    the rule's plan for ``rule_seeds`` seeds."""
     if power is None:
         return ""
     need = (f"80% would take {power['seeds_needed']} seeds" if power["seeds_needed"] is not None
@@ -204,9 +281,7 @@ def _power_text(power: Mapping | None, n_seeds: int) -> str:
             f"as seeds grow; the crossed bootstrap tends to run wide, so these figures err on the "
             f"side of too many seeds), {n_seeds} seeds detect {100 * power['detectable']:.2f} "
             f"points with 80% power; at the SESOI their power is {100 * power['power']:.0f}%; "
-            f"{need}. The count of seeds in the rule's text came from a t interval over an "
-            f"earlier run's seeds alone; this one also covers the pool and is read off this "
-            f"run's spread.")
+            f"{need}." + _planned_text(power, n_seeds, rule_seeds))
 
 
 def _beside_word(t: TestResult) -> str:
@@ -217,10 +292,32 @@ def _beside_word(t: TestResult) -> str:
     return t.word
 
 
-def decide_x2(study) -> Verdict:
+def _run_to_run_text(now: Sequence[TestResult],
+                     earlier: Sequence[tuple[Mapping, Sequence[TestResult]]]) -> str:
+    """Each earlier run on the same seeds, decided by the same tests, beside this one: its
+    accuracy interval and the tests whose word differs."""
+    parts = []
+    for run, tests in earlier:
+        differ = [f"{name} {then.word} (now {t.word})"
+                  for name, t, then in zip(_SHORT, now, tests) if then.word != t.word]
+        parts.append(f"the same seeds under the code of {run['code']} ({run['what']}; "
+                     f"{run['date']}) gave all - none {_points(tests[0])} points, "
+                     f"{tests[0].word}; "
+                     + ("words that differ from this run's: " + ", ".join(differ) if differ
+                        else "every test's word the same as this run's"))
+    return (" Run to run: " + "; ".join(parts) + f". {'Its' if len(parts) == 1 else 'Their'} "
+            "per-seed values are committed (results/reference/earlier); the record is this "
+            "run's." if parts else "")
+
+
+def decide_x2(study, earlier: Sequence[Mapping] = ()) -> Verdict:
     """X2: does a DDCL readout on an encoder whose heads are all Laplacian classify better than
     on the same encoder without (the accuracy test, at the largest image count), and how does
-    the premise say to read the answer?"""
+    the premise say to read the answer?
+
+    ``earlier``: earlier runs (:func:`ddcl_theory.ledger.earlier_runs.earlier_runs`); those on
+    this study's seeds are decided by the same tests and set beside (:func:`earlier_tests`).
+    """
     rule = rule_of("X2")
     st = study.settings
     evaluated = {label: evaluate(rule, study, n) for n, label in zip(st.n_train, st.scales)}
@@ -230,7 +327,9 @@ def decide_x2(study) -> Verdict:
     runs = [r for s in (_NONE, _ALL) for r in study.by(s)]
     gate = optimum_gate(runs, f"runs at {st.n_train[-1]} images")
     word = rule.word(tests, [gate])
-    read = reading(word, after.word)
+    read = reading(word, after.word, raised=after.interval[0] > 0)
+    earlier_decided = [(run, earlier_tests(rule, run["per_seed"])) for run in earlier
+                  if list(run["seeds"]) == list(st.seeds)]
     mean_se = mean_standard_errors(item_differences(study), stats.Interval(
         acc.estimate, *acc.interval, acc.n_seeds, acc.method))
     gaps = samples(study)[0]
@@ -260,7 +359,7 @@ def decide_x2(study) -> Verdict:
         f"{_count(100 * acc.sesoi, 'point')}; "
         f"{scale_text([samples(study, n)[0] for n in st.n_train], st.scales)}, over seeds "
         f"only). " + _standard_error_text(mean_se, spread, acc.n_seeds)
-        + _power_text(power, acc.n_seeds) + " Premise, within-"
+        + _power_text(power, acc.n_seeds, rule.n_seeds) + " Premise, within-"
         f"sequence variance all / none - 1: after the final LayerNorm {_points(after)}% "
         f"({_beside_word(after)}), before it {_points(before)}% ({_beside_word(before)}). "
         f"Beside: prototypes used all - none {_points(used, spec='+.1f')} points "
@@ -268,9 +367,11 @@ def decide_x2(study) -> Verdict:
         f"{_points(sep)}% ({_beside_word(sep)}). Gate "
         f"({gate.name}): {gate.detail}. Reading: {read}."
         + (f" Why {word}: {'; '.join(reasons)}." if word == "inconclusive" and reasons else "")
-        + (f" Why {word}: {_short_of_sesoi(acc)}." if word == "not reproduced" else "")
+        + (f" Why {word}: {_short_of_sesoi(acc, [(r, t[0]) for r, t in earlier_decided])}."
+           if word == "not reproduced" else "")
         + (" The interval also clears the SESOI." if word == "reproduced" and acc.reaches_sesoi
-           else ""))
+           else "")
+        + _run_to_run_text(tests, earlier_decided))
     our = (f"accuracy all - none {_points(acc)} points at {st.n_train[-1]} images; within-"
            f"sequence variance after the LayerNorm {_points(after, spec='+.1f')}%")
     per_seed = {t.statistic: [float(v) for v in values]
@@ -278,14 +379,17 @@ def decide_x2(study) -> Verdict:
     for n, label in zip(st.n_train[:-1], st.scales[:-1]):
         per_seed[f"{rule.tests[0].statistic}, at {label}"] = [
             float(v) for v in samples(study, n)[0]]
-    per_seed[f"{rule.tests[0].statistic} (per pool image, - 0 +)"] = encode_items(
+    per_seed[rule.tests[0].statistic + ITEMS] = encode_items(
         item_differences(study))
     numbers = {"per_scale": {label: [r.to_dict() for r in results]
                              for label, results in per_scale.items()},
                "premise_word": after.word, "reading": read,
                "mean_se": mean_se, "power": power, "spread": spread,
                "accuracy": {s: [float(v) for v in study.values("eval_acc", s)]
-                            for s in (_NONE, _ALL)}}
+                            for s in (_NONE, _ALL)},
+               "earlier": [{"code": run["code"], "recorded_in": run["recorded_in"],
+                            "tests": [t.to_dict() for t in tests]}
+                           for run, tests in earlier_decided]}
     return Verdict("X2", word, evidence, our_value=our, numbers=numbers, rule=rule.text,
                    n_seeds=acc.n_seeds, interval=(float(acc.interval[0]),
                                                   float(acc.interval[1])),
