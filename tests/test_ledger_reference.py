@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -34,7 +35,9 @@ def _fake_checkout(root: Path) -> Path:
         (pkg / sub / "__init__.py").write_text("")
     (pkg / "__init__.py").write_text("")
     (pkg / "experiments" / "foo.py").write_text(
-        "from ddcl_theory.layers import bar\nfrom ddcl_theory.runtime import io\n")
+        "from ddcl_theory.layers import bar\nfrom ddcl_theory.runtime import io, training\n")
+    (pkg / "runtime" / "training.py").write_text("from ddcl_theory.runtime import rng\n")
+    (pkg / "runtime" / "rng.py").write_text("SEED = 0\n")
     (pkg / "layers" / "bar.py").write_text("X = 1\n")
     (root / "notebooks").mkdir()
     source = root / "notebooks" / "chap.md"
@@ -438,3 +441,78 @@ def test_seed_spread_reads_either_side_of_the_margin():
         "-0.025 without its most favourable seed")
     with pytest.raises(ValueError, match="side, values"):
         seed_spread([0.1], ">", 0.0)
+
+
+def test_provenance_records_the_runtime_a_chapter_runs_and_the_check_names_its_drift(
+        tmp_path, monkeypatch, capsys):
+    """training (imported by the experiment) and rng (by training) are recorded; io stores
+    results and is left out. A change there is drift, reported beside the stale check."""
+    source = _fake_checkout(tmp_path)
+    folder = _reference_run(tmp_path, source, [{"id": "D13", "verdict": "reproduced"}])
+    prov = json.loads((folder / "provenance" / "chap.json").read_text())
+    assert set(prov["runtime_digests"]) == {"ddcl_theory.runtime.training",
+                                            "ddcl_theory.runtime.rng"}
+    assert reference.runtime_drift(folder, tmp_path) == {"chap": []}
+    (tmp_path / "ddcl_theory" / "runtime" / "io.py").write_text("# storage only\n")
+    assert reference.runtime_drift(folder, tmp_path) == {"chap": []}
+    (tmp_path / "ddcl_theory" / "runtime" / "rng.py").write_text("SEED = 1\n")
+    assert reference.runtime_drift(folder, tmp_path) == {"chap": ["ddcl_theory.runtime.rng"]}
+    assert reference.stale(folder, tmp_path) == []            # drift is not staleness
+    [row] = reference.summary(folder, tmp_path)
+    assert row["runtime_changed"] == ["ddcl_theory.runtime.rng"] and not row["stale"]
+    text = reference.summary_markdown([row])
+    assert "| yes | rng |" in text and "Runtime since: the runtime modules changed since the " \
+        "run (1 of 1 chapters)" in text
+    monkeypatch.setattr(reference, "repo_root", lambda: tmp_path)
+    assert reference.main(["check", "--dir", str(folder)]) == 0
+    assert ("note: reference/chap: runtime changed since its run: ddcl_theory.runtime.rng "
+            "(not stale; rerun to know whether its values repeat)") in capsys.readouterr().out
+    # a provenance without runtime digests shows none
+    del prov["runtime_digests"]
+    (folder / "provenance" / "chap.json").write_text(json.dumps(prov))
+    assert reference.runtime_drift(folder, tmp_path) == {"chap": None}
+    assert "| yes | – |" in reference.summary_markdown(reference.summary(folder, tmp_path))
+
+
+def _git_checkout(root: Path) -> str:
+    def git(*args):
+        return subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True,
+                              text=True).stdout.strip()
+    git("init", "-q")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "run")
+    return git("rev-parse", "HEAD")
+
+
+def test_runtime_digests_of_an_earlier_run_are_read_from_git_at_its_commit(tmp_path):
+    source = _fake_checkout(tmp_path)
+    commit = _git_checkout(tmp_path)
+    folder = tmp_path / "results" / "reference"
+    (folder / "verdicts").mkdir(parents=True)
+    (folder / "verdicts" / "chap.json").write_text("[]")
+    record = {"git_commit": commit, "git_dirty": False}
+    reference.write_provenance(source, record, 1.0, folder=folder / "provenance", root=tmp_path)
+    path = folder / "provenance" / "chap.json"
+    prov = json.loads(path.read_text())
+    recorded = prov.pop("runtime_digests")
+    path.write_text(json.dumps(prov))
+    # after the run: rng changed and a new runtime module is imported by training
+    (tmp_path / "ddcl_theory" / "runtime" / "rng.py").write_text("SEED = 2\n")
+    (tmp_path / "ddcl_theory" / "runtime" / "threads.py").write_text("N = 1\n")
+    (tmp_path / "ddcl_theory" / "runtime" / "training.py").write_text(
+        "from ddcl_theory.runtime import rng, threads\n")
+    assert reference.record_runtime(folder, tmp_path) == [
+        f"reference/chap: runtime digests recorded from {commit[:12]}"]
+    prov = json.loads(path.read_text())
+    assert prov["runtime_digests_from"] == commit
+    assert prov["runtime_digests"]["ddcl_theory.runtime.rng"] == \
+        recorded["ddcl_theory.runtime.rng"]
+    assert prov["runtime_digests"]["ddcl_theory.runtime.threads"] == reference.ABSENT
+    assert reference.runtime_drift(folder, tmp_path)["chap"] == [
+        "ddcl_theory.runtime.rng", "ddcl_theory.runtime.threads",
+        "ddcl_theory.runtime.training"]
+    assert reference.record_runtime(folder, tmp_path) == []        # recorded once
+    # a run not tied to a clean commit is refused
+    del prov["runtime_digests"]
+    path.write_text(json.dumps({**prov, "git_dirty": True}))
+    assert "not tied to a clean commit" in reference.record_runtime(folder, tmp_path)[0]

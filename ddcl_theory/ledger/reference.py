@@ -13,6 +13,14 @@ in its provenance no longer matches the checkout (:func:`stale`). ``make check-r
 them as notes. When the modules counted as deciding grow, ``python -m
 ddcl_theory.ledger.reference extend`` adds the new modules' digests to the results whose runs
 they did not change (git shows each unchanged since the run's commit, :func:`extend_digests`).
+
+The runtime (:data:`RUNTIME`: the training loop, stacked seeds, data parallel, random streams,
+precision) is left out of the stale check but recorded beside it: each provenance holds the
+digests of the runtime modules its chapter runs (:func:`runtime_digests`), and
+:func:`runtime_drift` names those changed since. A change there can move a run's per-seed values
+without making it stale; rerunning the chapter tells whether they repeat. ``python -m
+ddcl_theory.ledger.reference record-runtime`` fills in the digests of runs made before they were
+recorded, from git at each run's commit (:func:`record_runtime`).
 """
 from __future__ import annotations
 
@@ -46,6 +54,13 @@ SCIENCE = ("experiments", "layers", "models", "theory", "metrics", "data", "func
 DECIDING = ("ledger.decisions", "ledger.stats", "ledger.resampling", "ledger.design",
             "ledger.verdict")
 PACKAGE = "ddcl_theory"
+#: The subpackage of how runs are carried out, recorded beside the stale check (not in it).
+RUNTIME = "runtime"
+#: Its modules that cannot move a number: how results are stored, found and shown, argument
+#: checks, the kernel report, and the package's docstring.
+RUNTIME_INERT = ("ddcl_theory.runtime", "ddcl_theory.runtime.io", "ddcl_theory.runtime.paths",
+                 "ddcl_theory.runtime.progress", "ddcl_theory.runtime.provenance",
+                 "ddcl_theory.runtime.validate", "ddcl_theory.runtime.kernels")
 
 
 #: Where the ledger reads reference results, when not the checkout's ``results/reference``.
@@ -88,6 +103,11 @@ def _is_science(name: str) -> bool:
     parts = name.split(".")
     return len(parts) >= 2 and parts[0] == PACKAGE and (
         parts[1] in SCIENCE or ".".join(parts[1:3]) in DECIDING)
+
+
+def _is_runtime(name: str) -> bool:
+    parts = name.split(".")
+    return len(parts) >= 2 and parts[0] == PACKAGE and parts[1] == RUNTIME
 
 
 def _imports(tree: ast.AST, module: str, is_package: bool) -> set[str]:
@@ -147,6 +167,42 @@ def chapter_modules(source: Path, root: Path | None = None) -> list[str]:
         tree = ast.parse(path.read_text(encoding="utf-8"))
         todo += [n for n in _imports(tree, name, path.name == "__init__.py") if _is_science(n)]
     return sorted(seen)
+
+
+def _module_imports(name: str, root: Path) -> set[str]:
+    path = _module_file(name, root)
+    if path is None:
+        return set()
+    return _imports(ast.parse(path.read_text(encoding="utf-8")), name,
+                    path.name == "__init__.py")
+
+
+def runtime_modules(source: Path, root: Path | None = None) -> list[str]:
+    """The runtime modules (:data:`RUNTIME`) a chapter runs: those its source and its
+    :func:`chapter_modules` import and, transitively, those they import, less
+    :data:`RUNTIME_INERT`. Sorted names."""
+    root = root or repo_root()
+    if root is None:
+        raise RuntimeError("reference: run from a checkout")
+    names = set(_chapter_imports(Path(source)))
+    for module in chapter_modules(source, root):
+        names |= _module_imports(module, root)
+    todo = [n for n in names if _is_runtime(n)]
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in seen or _module_file(name, root) is None:
+            continue
+        seen.add(name)
+        todo += [n for n in _module_imports(name, root) if _is_runtime(n)]
+    return sorted(seen - set(RUNTIME_INERT))
+
+
+def runtime_digests(source: Path, root: Path | None = None) -> dict[str, str]:
+    """``{<runtime module>: digest of its file}`` (16 hex digits of sha256) for every module of
+    :func:`runtime_modules`."""
+    root = root or repo_root()
+    return {name: _sha256(_module_file(name, root)) for name in runtime_modules(source, root)}
 
 
 def _sha256(path: Path) -> str:
@@ -247,6 +303,7 @@ def chapter_provenance(source: Path, record: dict, seconds: float,
                     "kernels": _cpu_capability()},
         "seconds": round(float(seconds), 1),
         "digests": source_digests(source, root),
+        "runtime_digests": runtime_digests(source, root),
     }
     earlier = units_from(_written(results, "provenance", chapter), out, settings,
                          results / "runs")
@@ -407,6 +464,11 @@ def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True)
 
 
+def _clean_commit(prov: dict) -> str:
+    """The commit a run was made from, ``""`` unless its tree was clean."""
+    return (prov.get("git_commit") or "") if prov.get("git_dirty") is False else ""
+
+
 def extend_digests(folder: Path | None = None, root: Path | None = None) -> list[str]:
     """Add to each reference provenance the digests of modules its chapter's coverage
     (:func:`chapter_modules`) names but the provenance lacks, once the coverage has grown (a
@@ -435,8 +497,8 @@ def extend_digests(folder: Path | None = None, root: Path | None = None) -> list
         if moved:
             lines.append(f"reference/{chapter}: not extended, stale in {', '.join(moved)}")
             continue
-        commit = prov.get("git_commit") or ""
-        if not commit or prov.get("git_dirty") is not False:
+        commit = _clean_commit(prov)
+        if not commit:
             lines.append(f"reference/{chapter}: not extended, its run is not tied to a clean "
                          f"commit (rerun it)")
             continue
@@ -460,6 +522,66 @@ def extend_digests(folder: Path | None = None, root: Path | None = None) -> list
     return lines
 
 
+#: What :func:`record_runtime` writes for a module whose file did not exist at a run's commit.
+ABSENT = "absent"
+
+
+def record_runtime(folder: Path | None = None, root: Path | None = None) -> list[str]:
+    """Add ``runtime_digests`` to each reference provenance that lacks them: the digests of the
+    runtime modules its chapter runs today (:func:`runtime_modules`), each read from git as the
+    file was at the run's commit (:data:`ABSENT` where it did not exist), with
+    ``runtime_digests_from`` naming that commit. Runs not tied to a clean commit are refused.
+    One line per chapter touched or refused."""
+    root = root or repo_root()
+    if root is None:
+        raise RuntimeError("reference: run from a checkout")
+    folder = Path(folder) if folder is not None else reference_dir()
+    lines = []
+    for chapter, entry in read_reference(folder).items():
+        prov = entry["provenance"]
+        source = root / "notebooks" / f"{chapter}.md"
+        if prov is None or "runtime_digests" in prov or not source.is_file():
+            continue
+        commit = _clean_commit(prov)
+        if not commit:
+            lines.append(f"reference/{chapter}: runtime not recorded, its run is not tied to a "
+                         f"clean commit (rerun it)")
+            continue
+        digests = {}
+        for name in runtime_modules(source, root):
+            rel = _module_file(name, root).relative_to(root).as_posix()
+            shown = subprocess.run(["git", "-C", str(root), "show", f"{commit}:{rel}"],
+                                   capture_output=True)
+            digests[name] = (hashlib.sha256(shown.stdout).hexdigest()[:16]
+                             if shown.returncode == 0 else ABSENT)
+        prov["runtime_digests"] = digests
+        prov["runtime_digests_from"] = commit
+        write_json(folder / "provenance" / f"{chapter}.json", prov)
+        lines.append(f"reference/{chapter}: runtime digests recorded from {commit[:12]}")
+    return lines
+
+
+def runtime_drift(folder: Path | None = None, root: Path | None = None
+                  ) -> dict[str, list[str] | None]:
+    """``{chapter: [runtime modules changed since its run]}`` (a module counts when its digest
+    differs from the recorded one, or when only one side has it); None where the provenance
+    records no runtime digests."""
+    root = root or repo_root()
+    if root is None:
+        raise RuntimeError("reference: run from a checkout")
+    out: dict[str, list[str] | None] = {}
+    for chapter, entry in read_reference(folder).items():
+        prov = entry["provenance"] or {}
+        source = root / "notebooks" / f"{chapter}.md"
+        then = prov.get("runtime_digests")
+        if not isinstance(then, dict) or not source.is_file():
+            out[chapter] = None
+            continue
+        now = runtime_digests(source, root)
+        out[chapter] = sorted(k for k in set(now) | set(then) if now.get(k) != then.get(k))
+    return out
+
+
 def _cpu_capability() -> str | None:
     """torch's CPU kernel set (``AVX512``, ``AVX2``, ``DEFAULT``), None where it cannot say."""
     import torch
@@ -474,6 +596,7 @@ def summary(folder: Path | None = None, root: Path | None = None) -> list[dict]:
     (12 digits), seconds, torch and numpy versions, machine, and whether it is stale."""
     stale_chapters = {line.split(":")[0].removeprefix("reference/")
                       for line in stale(folder, root)}
+    drift = runtime_drift(folder, root)
     rows = []
     for chapter, entry in read_reference(folder).items():
         prov = entry["provenance"] or {}
@@ -492,6 +615,7 @@ def summary(folder: Path | None = None, root: Path | None = None) -> list[dict]:
                 machine.get("machine"), machine.get("cpus") and f"{machine['cpus']} CPUs",
                 machine.get("kernels")) if v),
             "stale": chapter in stale_chapters,
+            "runtime_changed": drift.get(chapter),
             "settings": prov.get("settings"),
         })
     return rows
@@ -506,19 +630,27 @@ def _minutes(seconds: float | None) -> str:
     return f"{seconds / 60:.1f}" if seconds is not None else "–"
 
 
+def _runtime_cell(changed: list[str] | None) -> str:
+    if changed is None:
+        return "–"
+    return "same" if not changed else ", ".join(
+        name.split(".")[-1] for name in changed)
+
+
 def summary_markdown(rows: list[dict]) -> str:
     """:func:`summary` as a Markdown table, with the total time (CPU minutes: what a chapter
     cost whatever else the host ran; wall minutes beside); a sentence when it is empty."""
     if not rows:
         return ("No reference run is committed yet (`make reference` writes one to\n"
                 "`results/reference/`); the verdicts below are the cpu profile's.")
-    lines = ["| chapter | claims | commit | CPU min | wall min | torch | machine | current |",
-             "|---|---|---|---:|---:|---|---|---|"]
+    lines = ["| chapter | claims | commit | CPU min | wall min | torch | machine | current "
+             "| runtime since |",
+             "|---|---|---|---:|---:|---|---|---|---|"]
     for r in rows:
         cells = [r["chapter"], r["claims"] or "–", f"`{r['commit']}`" if r["commit"] else "–",
                  _minutes(r.get("cpu_seconds")), _minutes(r["seconds"]),
                  r["torch"] or "–", r["machine"] or "–",
-                 "**stale**" if r["stale"] else "yes"]
+                 "**stale**" if r["stale"] else "yes", _runtime_cell(r.get("runtime_changed"))]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     wall = sum(r["seconds"] or 0 for r in rows)
     cpu = sum(r.get("cpu_seconds") or 0 for r in rows)
@@ -532,6 +664,12 @@ def summary_markdown(rows: list[dict]) -> str:
                  f"({side / 3600:.1f} h), projected from these rows (the chapters without a "
                  "reference run, which settle no empirical claim, not counted)"
                  + (", some of them stale" if any(r["stale"] for r in rows) else "") + ".")
+    moved = [r["chapter"] for r in rows if r.get("runtime_changed")]
+    if moved:
+        lines.append(f"Runtime since: the runtime modules changed since the run ({len(moved)} of "
+                     f"{len(rows)} chapters). They are outside the stale check, which covers a "
+                     "chapter, its science and its decisions, but a change there can move "
+                     "per-seed values; a rerun tells whether the chapter's results repeat.")
     resumed = [f"{r['chapter']} (units at `{r['units_commit']}`)" for r in rows
                if r.get("units_commit")]
     if resumed:
@@ -543,19 +681,28 @@ def summary_markdown(rows: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="check the committed reference results")
-    parser.add_argument("command", choices=["check", "extend"],
-                        help="check: list stale results (exit 1 if any); extend: add the "
-                             "digests of newly covered modules that git shows unchanged since "
-                             "each run")
+    parser.add_argument("command", choices=["check", "extend", "record-runtime"],
+                        help="check: list stale results (exit 1 if any) and, as notes, the "
+                             "runtime changed since each run; extend: add the digests of newly "
+                             "covered modules that git shows unchanged since each run; "
+                             "record-runtime: add runtime digests from git at each run's "
+                             "commit where they are missing")
     parser.add_argument("--dir", type=Path, default=None,
                         help="the reference folder (default results/reference)")
     args = parser.parse_args(argv)
     if args.command == "extend":
         for line in extend_digests(args.dir):
             print(line)
+    if args.command == "record-runtime":
+        for line in record_runtime(args.dir):
+            print(line)
     problems = stale(args.dir)
     for p in problems:
         print(p)
+    for chapter, changed in runtime_drift(args.dir).items():
+        if changed:
+            print(f"note: reference/{chapter}: runtime changed since its run: "
+                  f"{', '.join(changed)} (not stale; rerun to know whether its values repeat)")
     found = read_reference(args.dir)
     if not problems:
         print(f"reference: {len(found)} chapter(s), all current" if found
