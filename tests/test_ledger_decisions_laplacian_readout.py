@@ -315,17 +315,23 @@ def test_a_loss_is_qualified_when_an_earlier_run_on_the_same_seeds_held_0():
     acc = v.numbers["earlier"][0]["tests"][0]
     low, high = acc["interval"]
     assert low < 0 < high and v.numbers["earlier"][0]["code"] == "abc1234"
-    assert ("the readout is less accurate on the Laplacian encoder under this version of the "
-            "training code; an earlier run on the same seeds under the code of abc1234 put 0 "
-            f"inside its interval ({100 * acc['estimate']:+.2f} [{100 * low:+.2f}, "
-            f"{100 * high:+.2f}] points), so the loss is shown for one version of the code only, "
-            "while both runs lie short of the SESOI.") in v.evidence
-    assert "Run to run: the same seeds under the code of abc1234 (a run under an older loop; "\
-        "2026-01-01) gave all - none" in v.evidence
-    # an earlier run that also lost: no qualifier; one on other seeds: not set beside
+    points = (f"{100 * acc['estimate']:+.2f} [{100 * low:+.2f}, {100 * high:+.2f}] points")
+    assert ("the readout is less accurate on the Laplacian encoder in this run; the earlier run "
+            f"on the same seeds did not show it (code of abc1234: {points}), so the loss is not "
+            "repeated by every run, while every run lies short of the SESOI.") in v.evidence
+    assert "Run to run: the same seeds, run from the code of abc1234 (a run under an older "\
+        "loop; 2026-01-01), gave all - none" in v.evidence
+    # two earlier runs, one of them a loss too: the one that held 0 is named
+    both = dec.decide_x2(loss, earlier=[_earlier(v, seeds, "aaa1111"), _earlier(null, seeds)])
+    assert ("in this run; 1 of the 2 earlier runs on the same seeds did not show it (code of "
+            f"abc1234: {points})") in both.evidence and "aaa1111: " not in both.evidence
+    assert len(both.numbers["earlier"]) == 2
+    # earlier runs that also lost: no qualifier; one on other seeds: not set beside
     same = dec.decide_x2(loss, earlier=[_earlier(v, seeds)])
     assert "as in the earlier run on the same seeds" in same.evidence
     assert "every test's word the same as this run's" in same.evidence
+    twice = dec.decide_x2(loss, earlier=[_earlier(v, seeds), _earlier(v, seeds)])
+    assert "as in each of the 2 earlier runs on the same seeds" in twice.evidence
     other = dec.decide_x2(loss, earlier=[_earlier(null, [s + 1 for s in seeds])])
     assert "Run to run" not in other.evidence and other.numbers["earlier"] == []
     assert other.evidence.endswith("the readout is less accurate on the Laplacian encoder.")
@@ -333,15 +339,19 @@ def test_a_loss_is_qualified_when_an_earlier_run_on_the_same_seeds_held_0():
 
 def test_the_committed_earlier_run_of_x2_is_the_reference_seeds_and_decides():
     runs = earlier_runs("X2")
-    assert [r["recorded_in"] for r in runs] == ["82d2243"]
+    assert [r["recorded_in"] for r in runs] == ["82d2243", "6ebe765"]
     from ddcl_theory.runtime import profile
     seeds = lr.ReadoutSettings.for_profile(profile.Profile("reference", "cpu")).seeds
-    assert runs[0]["seeds"] == list(seeds)
+    assert all(run["seeds"] == list(seeds) for run in runs)
     tests = dec.earlier_tests(rule_of("X2"), runs[0]["per_seed"])
     # as that run's committed verdict gave it: -0.41 [-0.95, +0.11] points, not reproduced
     assert tests[0].estimate == pytest.approx(-0.0041070, abs=1e-6)
     assert tests[0].interval == pytest.approx((-0.0095, 0.0011), abs=5e-4)
     assert [t.word for t in tests] == ["not reproduced"] * 4 + ["inconclusive"]
+    # the run of record before this one: -0.68 [-1.25, -0.10] points, a loss shown
+    later = dec.earlier_tests(rule_of("X2"), runs[1]["per_seed"])
+    assert later[0].interval == pytest.approx((-0.01245, -0.00105), abs=5e-4)
+    assert [t.word for t in later] == ["not reproduced"] * 4 + ["reproduced"]
 
 
 def test_earlier_runs_reject_a_malformed_record(tmp_path):

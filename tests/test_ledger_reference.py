@@ -516,3 +516,17 @@ def test_runtime_digests_of_an_earlier_run_are_read_from_git_at_its_commit(tmp_p
     del prov["runtime_digests"]
     path.write_text(json.dumps({**prov, "git_dirty": True}))
     assert "not tied to a clean commit" in reference.record_runtime(folder, tmp_path)[0]
+
+
+def test_provenance_names_the_cpus_vector_extensions(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nflags\t\t: fpu sse4_2 avx2 fma avx512f amx_bf16 ht\n"
+                    "flags\t\t: other\n")
+    assert reference.cpu_isa(info) == ["amx_bf16", "avx2", "avx512f", "fma", "sse4_2"]
+    assert reference.cpu_isa(tmp_path / "none") is None
+    info.write_text("processor\t: 0\n")
+    assert reference.cpu_isa(info) is None
+    source = _fake_checkout(tmp_path)
+    prov = json.loads((_reference_run(tmp_path, source, []) / "provenance" / "chap.json")
+                      .read_text())
+    assert prov["machine"]["isa"] == reference.cpu_isa()

@@ -18,7 +18,8 @@ The runtime (:data:`RUNTIME`: the training loop, stacked seeds, data parallel, r
 precision) is left out of the stale check but recorded beside it: each provenance holds the
 digests of the runtime modules its chapter runs (:func:`runtime_digests`), and
 :func:`runtime_drift` names those changed since. A change there can move a run's per-seed values
-without making it stale; rerunning the chapter tells whether they repeat. ``python -m
+without making it stale (so can another machine: the provenance names the CPU's vector
+extensions, :func:`cpu_isa`); rerunning the chapter tells whether they repeat. ``python -m
 ddcl_theory.ledger.reference record-runtime`` fills in the digests of runs made before they were
 recorded, from git at each run's commit (:func:`record_runtime`).
 """
@@ -300,7 +301,10 @@ def chapter_provenance(source: Path, record: dict, seconds: float,
                     "processor": platform.processor() or None, "cpus": os.cpu_count(),
                     # the kernel set torch dispatched to: runs on AVX2 and AVX-512 hosts round
                     # differently, so per-seed values may move in the last digits between them
-                    "kernels": _cpu_capability()},
+                    "kernels": _cpu_capability(),
+                    # two hosts with the same kernel set can still differ here (AMX, AVX-512
+                    # extensions), and the libraries pick other code paths on them
+                    "isa": cpu_isa()},
         "seconds": round(float(seconds), 1),
         "digests": source_digests(source, root),
         "runtime_digests": runtime_digests(source, root),
@@ -582,6 +586,23 @@ def runtime_drift(folder: Path | None = None, root: Path | None = None
     return out
 
 
+#: The CPU flags that name vector extensions the numerical libraries dispatch on.
+_ISA = re.compile(r"^(avx\w*|amx\w*|fma\w*|f16c|sse4_2)$")
+
+
+def cpu_isa(cpuinfo: Path = Path("/proc/cpuinfo")) -> list[str] | None:
+    """The sorted vector-extension flags of this CPU (AVX, AVX-512, AMX, FMA, ...) from the first
+    ``flags`` line of ``cpuinfo``; None where it cannot be read (not Linux)."""
+    try:
+        text = Path(cpuinfo).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), None)
+    if line is None:
+        return None
+    return sorted(f for f in line.split(":", 1)[1].split() if _ISA.match(f))
+
+
 def _cpu_capability() -> str | None:
     """torch's CPU kernel set (``AVX512``, ``AVX2``, ``DEFAULT``), None where it cannot say."""
     import torch
@@ -668,8 +689,9 @@ def summary_markdown(rows: list[dict]) -> str:
     if moved:
         lines.append(f"Runtime since: the runtime modules changed since the run ({len(moved)} of "
                      f"{len(rows)} chapters). They are outside the stale check, which covers a "
-                     "chapter, its science and its decisions, but a change there can move "
-                     "per-seed values; a rerun tells whether the chapter's results repeat.")
+                     "chapter, its science and its decisions, but a change there, like "
+                     "another machine, can move per-seed values; a rerun tells whether the "
+                     "chapter's results repeat.")
     resumed = [f"{r['chapter']} (units at `{r['units_commit']}`)" for r in rows
                if r.get("units_commit")]
     if resumed:

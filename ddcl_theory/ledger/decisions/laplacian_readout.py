@@ -22,10 +22,11 @@ about smoothing where the tokens were smoothed, a word about Laplacian heads whe
 :class:`~ddcl_theory.experiments.laplacian_readout.ReadoutStudy`: ``settings`` (``n_train``,
 ``scales``, the model's sizes), ``source``, ``values(field, setting, n_train)`` (per-seed
 arrays in seed order) and ``by(setting, n_train)`` (runs with ``seed``, ``past_optimum``,
-``best_epoch``, ``epochs``, ``correct_items``). An earlier run on the same seeds under an
-earlier version of the training code (:mod:`ddcl_theory.ledger.earlier_runs`) is decided by the
-same tests from its committed per-seed values and set beside: where it disagrees with the run of
-record, the evidence says which conclusions rest on one version of the code.
+``best_epoch``, ``epochs``, ``correct_items``). Earlier runs on the same seeds
+(:mod:`ddcl_theory.ledger.earlier_runs`: other sessions, whose machines and training code may
+differ; float32 training turns a difference in the last bits into different per-seed outcomes)
+are decided by the same tests from their committed per-seed values and set beside: where they
+disagree with the run of record, the evidence says which conclusions not every run shows.
 """
 from __future__ import annotations
 
@@ -212,23 +213,26 @@ def _holds_margin(t: TestResult) -> bool:
 def _short_of_sesoi(t: TestResult, earlier: Sequence[tuple[Mapping, TestResult]] = ()) -> str:
     """Why a ``not reproduced`` accuracy test says so: its interval lies short of the SESOI;
     then which side of 0 (a loss shown, a negligible gain, or how large a loss is left open).
-    A loss is qualified when an earlier run on the same seeds (``earlier``: its record and its
-    accuracy test) put 0 inside its interval."""
+    A loss is qualified when an earlier run on the same seeds (``earlier``: each run's record
+    and its accuracy test) did not show one."""
     low, high = t.interval
     sesoi = _count(100 * t.sesoi, "point")
     if high < t.margin:
         text = (f"the accuracy interval lies short of the SESOI ({sesoi}), and wholly below 0: "
                 "the readout is less accurate on the Laplacian encoder")
-        held = [(run, e) for run, e in earlier if _holds_margin(e)]
-        if held:
-            run, e = held[0]
-            short = e.word == "not reproduced"
-            text += (f" under this version of the training code; an earlier run on the same "
-                     f"seeds under the code of {run['code']} put 0 inside its interval "
-                     f"({_points(e)} points), so the loss is shown for one version of the code "
-                     f"only" + (", while both runs lie short of the SESOI" if short else ""))
+        other = [(run, e) for run, e in earlier if e.interval[1] >= e.margin]
+        if other:
+            n = len(earlier)
+            runs = "the earlier run" if n == 1 else f"{len(other)} of the {n} earlier runs"
+            short = all(e.word == "not reproduced" for _, e in earlier)
+            text += (f" in this run; {runs} on the same seeds did not show it ("
+                     + "; ".join(f"code of {run['code']}: {_points(e)} points"
+                                 for run, e in other)
+                     + "), so the loss is not repeated by every run"
+                     + (", while every run lies short of the SESOI" if short else ""))
         elif earlier:
-            text += ", as in the earlier run on the same seeds"
+            text += (", as in the earlier run on the same seeds" if len(earlier) == 1 else
+                     f", as in each of the {len(earlier)} earlier runs on the same seeds")
         return text
     text = (f"the accuracy interval lies short of the SESOI: any gain is smaller than the SESOI "
             f"({sesoi}), {'though real' if low > t.margin else 'if there is one'}")
@@ -300,8 +304,8 @@ def _run_to_run_text(now: Sequence[TestResult],
     for run, tests in earlier:
         differ = [f"{name} {then.word} (now {t.word})"
                   for name, t, then in zip(_SHORT, now, tests) if then.word != t.word]
-        parts.append(f"the same seeds under the code of {run['code']} ({run['what']}; "
-                     f"{run['date']}) gave all - none {_points(tests[0])} points, "
+        parts.append(f"the same seeds, run from the code of {run['code']} ({run['what']}; "
+                     f"{run['date']}), gave all - none {_points(tests[0])} points, "
                      f"{tests[0].word}; "
                      + ("words that differ from this run's: " + ", ".join(differ) if differ
                         else "every test's word the same as this run's"))
