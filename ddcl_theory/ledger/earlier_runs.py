@@ -1,9 +1,10 @@
 """Earlier reference runs of a claim, kept beside the run of record.
 
-A rerun on the same seeds repeats its per-seed values only on the same version of the code.
-When the training code changes, the reference is rerun and the new values become the record;
-the old ones are kept in ``results/reference/earlier/<claim id>.json`` so that a decision can
-say how much of its answer the change of code moved. Each entry names the commit that
+A rerun on the same seeds repeats its per-seed values only from the same code on the same
+machine. When a chapter is rerun (its code changed, or a later session checks it), the new
+values become the record; the old ones can be kept in
+``results/reference/earlier/<claim id>.json`` so that a decision can say how much of its answer
+moved between runs. Each entry names the commit that
 recorded it, the code it ran, its seeds and its per-seed values (as the seeds file of that
 commit held them)::
 
