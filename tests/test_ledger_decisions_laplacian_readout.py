@@ -118,6 +118,11 @@ def test_x2_is_not_reproduced_for_a_wrong_sign_and_for_a_negligible_gain():
     assert ("Why not reproduced: the accuracy interval lies short of the SESOI (0.4 points), "
             "and wholly below 0: the readout is less accurate on the Laplacian encoder."
             ) in wrong.evidence
+    assert "a loss smaller than the SESOI" not in wrong.evidence        # -3 points
+    mild = dec.decide_x2(study(gain=-0.002, noise=0.0002, shift=0))     # -0.2 points, real
+    assert mild.interval[1] < 0 < mild.interval[1] + rule_of("X2").tests[0].s
+    assert ("the readout is less accurate on the Laplacian encoder (a loss smaller than the "
+            "SESOI is not excluded).") in mild.evidence
     small = dec.decide_x2(study(gain=0.002, noise=0.0002, shift=0))     # +0.2 points, real
     assert small.word == "not reproduced"
     assert 0 < small.interval[0] and small.interval[1] < rule_of("X2").tests[0].s
@@ -317,14 +322,19 @@ def test_a_loss_is_qualified_when_an_earlier_run_on_the_same_seeds_held_0():
     assert low < 0 < high and v.numbers["earlier"][0]["code"] == "abc1234"
     points = (f"{100 * acc['estimate']:+.2f} [{100 * low:+.2f}, {100 * high:+.2f}] points")
     assert ("the readout is less accurate on the Laplacian encoder in this run; the earlier run "
-            f"on the same seeds did not show it (code of abc1234: {points}), so the loss is not "
-            "repeated by every run, while every run lies short of the SESOI.") in v.evidence
+            f"on the same seeds held 0 in its interval (code of abc1234: {points}), so not every "
+            "run shows the loss; ") in v.evidence
+    assert ", and every run lies short of the SESOI." in v.evidence
     assert "Run to run: the same seeds, run from the code of abc1234 (a run under an older "\
         "loop; 2026-01-01), gave all - none" in v.evidence
+    r = np.corrcoef(null.per_seed[rule_of("X2").tests[0].statistic],
+                    v.per_seed[rule_of("X2").tests[0].statistic])[0, 1]
+    assert f"its per-seed gaps correlating r = {r:+.2f} with this run's" in v.evidence
+    assert "the word is not reproduced in every run; the record is this run's" in v.evidence
     # two earlier runs, one of them a loss too: the one that held 0 is named
     both = dec.decide_x2(loss, earlier=[_earlier(v, seeds, "aaa1111"), _earlier(null, seeds)])
-    assert ("in this run; 1 of the 2 earlier runs on the same seeds did not show it (code of "
-            f"abc1234: {points})") in both.evidence and "aaa1111: " not in both.evidence
+    assert ("in this run; 1 of the 2 earlier runs on the same seeds held 0 in its interval "
+            f"(code of abc1234: {points})") in both.evidence and "aaa1111: " not in both.evidence
     assert len(both.numbers["earlier"]) == 2
     # earlier runs that also lost: no qualifier; one on other seeds: not set beside
     same = dec.decide_x2(loss, earlier=[_earlier(v, seeds)])

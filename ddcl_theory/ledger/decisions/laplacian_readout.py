@@ -72,6 +72,7 @@ _SHORT = ("accuracy", "premise after the final LayerNorm", "premise before it",
           "prototypes used", "their separation")
 #: What follows the accuracy statistic in the name of its committed per-image values.
 ITEMS = " (per pool image, - 0 +)"
+_STATISTIC = rule_of("X2").tests[0].statistic
 
 
 def _paired(study, field: str, how: str, n_train: int | None) -> np.ndarray:
@@ -218,18 +219,25 @@ def _short_of_sesoi(t: TestResult, earlier: Sequence[tuple[Mapping, TestResult]]
     low, high = t.interval
     sesoi = _count(100 * t.sesoi, "point")
     if high < t.margin:
-        text = (f"the accuracy interval lies short of the SESOI ({sesoi}), and wholly below 0: "
-                "the readout is less accurate on the Laplacian encoder")
         other = [(run, e) for run, e in earlier if e.interval[1] >= e.margin]
+        text = (f"the accuracy interval lies short of the SESOI ({sesoi}), and wholly below 0: "
+                "the readout is less accurate on the Laplacian encoder"
+                + (" in this run" if other else ""))
+        if high > t.margin - (t.sesoi - t.margin):
+            text += " (a loss smaller than the SESOI is not excluded)"
         if other:
             n = len(earlier)
             runs = "the earlier run" if n == 1 else f"{len(other)} of the {n} earlier runs"
             short = all(e.word == "not reproduced" for _, e in earlier)
-            text += (f" in this run; {runs} on the same seeds did not show it ("
+            below = sum(e.estimate < e.margin for _, e in earlier) + 1
+            its = "its" if len(other) == 1 else "their"
+            text += (f"; {runs} on the same seeds held 0 in {its} interval ("
                      + "; ".join(f"code of {run['code']}: {_points(e)} points"
                                  for run, e in other)
-                     + "), so the loss is not repeated by every run"
-                     + (", while every run lies short of the SESOI" if short else ""))
+                     + "), so not every run shows the loss"
+                     + (f"; {below} of the {n + 1} runs' estimates lie below 0" if below <= n
+                        else f"; all {n + 1} runs' estimates lie below 0")
+                     + (", and every run lies short of the SESOI" if short else ""))
         elif earlier:
             text += (", as in the earlier run on the same seeds" if len(earlier) == 1 else
                      f", as in each of the {len(earlier)} earlier runs on the same seeds")
@@ -296,22 +304,31 @@ def _beside_word(t: TestResult) -> str:
     return t.word
 
 
-def _run_to_run_text(now: Sequence[TestResult],
-                     earlier: Sequence[tuple[Mapping, Sequence[TestResult]]]) -> str:
+def _run_to_run_text(now: Sequence[TestResult], gaps: np.ndarray,
+                     earlier: Sequence[tuple[Mapping, Sequence[TestResult]]],
+                     word: str) -> str:
     """Each earlier run on the same seeds, decided by the same tests, beside this one: its
-    accuracy interval and the tests whose word differs."""
+    accuracy interval, the tests whose word differs, and how its per-seed gaps correlate
+    with this run's ``gaps`` (seeds,); then whether the claim's ``word`` is every run's."""
     parts = []
     for run, tests in earlier:
         differ = [f"{name} {then.word} (now {t.word})"
                   for name, t, then in zip(_SHORT, now, tests) if then.word != t.word]
+        then = np.asarray(run["per_seed"][_STATISTIC], dtype=float)
+        r = float(np.corrcoef(then, gaps)[0, 1]) if gaps.size > 2 else float("nan")
         parts.append(f"the same seeds, run from the code of {run['code']} ({run['what']}; "
                      f"{run['date']}), gave all - none {_points(tests[0])} points, "
-                     f"{tests[0].word}; "
+                     f"{tests[0].word}, its per-seed gaps correlating r = {r:+.2f} with this "
+                     "run's; "
                      + ("words that differ from this run's: " + ", ".join(differ) if differ
                         else "every test's word the same as this run's"))
+    if not parts:
+        return ""
+    same = all(tests[0].word == word for _, tests in earlier)
     return (" Run to run: " + "; ".join(parts) + f". {'Its' if len(parts) == 1 else 'Their'} "
-            "per-seed values are committed (results/reference/earlier); the record is this "
-            "run's." if parts else "")
+            "per-seed values are committed (results/reference/earlier); "
+            + (f"the word is {word} in every run; " if same else "")
+            + "the record is this run's, the latest from the code that decides it.")
 
 
 def decide_x2(study, earlier: Sequence[Mapping] = ()) -> Verdict:
@@ -375,7 +392,7 @@ def decide_x2(study, earlier: Sequence[Mapping] = ()) -> Verdict:
            if word == "not reproduced" else "")
         + (" The interval also clears the SESOI." if word == "reproduced" and acc.reaches_sesoi
            else "")
-        + _run_to_run_text(tests, earlier_decided))
+        + _run_to_run_text(tests, samples(study)[0], earlier_decided, word))
     our = (f"accuracy all - none {_points(acc)} points at {st.n_train[-1]} images; within-"
            f"sequence variance after the LayerNorm {_points(after, spec='+.1f')}%")
     per_seed = {t.statistic: [float(v) for v in values]
