@@ -686,12 +686,12 @@ def summary_markdown(rows: list[dict]) -> str:
                  "reference run, which settle no empirical claim, not counted)"
                  + (", some of them stale" if any(r["stale"] for r in rows) else "") + ".")
     moved = [r["chapter"] for r in rows if r.get("runtime_changed")]
-    if moved:
-        lines.append(f"Runtime since: the runtime modules changed since the run ({len(moved)} of "
-                     f"{len(rows)} chapters). They are outside the stale check, which covers a "
-                     "chapter, its science and its decisions, but a change there, like "
-                     "another machine, can move per-seed values; a rerun tells whether the "
-                     "chapter's results repeat.")
+    lines.append(f"Runtime since: the runtime modules (training loop, stacked seeds, random "
+                 f"streams, ...) changed since the run, in {len(moved)} of {len(rows)} chapters "
+                 "(\"same\": none changed; \"–\": not recorded). They are outside the stale "
+                 "check, which covers a chapter, its science and its decisions, but a change "
+                 "there can move per-seed values, and so can another machine: \"same\" does not "
+                 "promise that a rerun repeats them.")
     resumed = [f"{r['chapter']} (units at `{r['units_commit']}`)" for r in rows
                if r.get("units_commit")]
     if resumed:
