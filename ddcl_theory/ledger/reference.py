@@ -157,17 +157,7 @@ def chapter_modules(source: Path, root: Path | None = None) -> list[str]:
     root = root or repo_root()
     if root is None:
         raise RuntimeError("reference: run from a checkout")
-    todo = [n for n in _chapter_imports(Path(source)) if _is_science(n)]
-    seen: set[str] = set()
-    while todo:
-        name = todo.pop()
-        path = _module_file(name, root)
-        if name in seen or path is None:
-            continue
-        seen.add(name)
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        todo += [n for n in _imports(tree, name, path.name == "__init__.py") if _is_science(n)]
-    return sorted(seen)
+    return sorted(_import_closure(_chapter_imports(Path(source)), root, _is_science))
 
 
 def _module_imports(name: str, root: Path) -> set[str]:
@@ -176,6 +166,20 @@ def _module_imports(name: str, root: Path) -> set[str]:
         return set()
     return _imports(ast.parse(path.read_text(encoding="utf-8")), name,
                     path.name == "__init__.py")
+
+
+def _import_closure(names, root: Path, keep) -> set[str]:
+    """The modules of ``names`` that ``keep`` accepts and exist under ``root``, and,
+    transitively, those of their imports that ``keep`` accepts."""
+    todo = [n for n in names if keep(n)]
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in seen or _module_file(name, root) is None:
+            continue
+        seen.add(name)
+        todo += [n for n in _module_imports(name, root) if keep(n)]
+    return seen
 
 
 def runtime_modules(source: Path, root: Path | None = None) -> list[str]:
@@ -188,15 +192,7 @@ def runtime_modules(source: Path, root: Path | None = None) -> list[str]:
     names = set(_chapter_imports(Path(source)))
     for module in chapter_modules(source, root):
         names |= _module_imports(module, root)
-    todo = [n for n in names if _is_runtime(n)]
-    seen: set[str] = set()
-    while todo:
-        name = todo.pop()
-        if name in seen or _module_file(name, root) is None:
-            continue
-        seen.add(name)
-        todo += [n for n in _module_imports(name, root) if _is_runtime(n)]
-    return sorted(seen - set(RUNTIME_INERT))
+    return sorted(_import_closure(names, root, _is_runtime) - set(RUNTIME_INERT))
 
 
 def runtime_digests(source: Path, root: Path | None = None) -> dict[str, str]:

@@ -28,7 +28,7 @@ from ddcl_theory.ledger import stats
 from ddcl_theory.ledger.claims import rule_of
 from ddcl_theory.ledger.decisions.laplacian_experiments import end_error
 from ddcl_theory.ledger.design import combine
-from ddcl_theory.ledger.reference import reference_dir
+from ddcl_theory.ledger.reference import read_reference, reference_dir
 from ddcl_theory.ledger.resampling import bootstrap_crossed
 
 __all__ = ["SECOND_LOOKS", "CONFIDENCE", "N_RESAMPLES", "EDGE", "HEADER", "l6_items",
@@ -95,8 +95,8 @@ _ITEMS = {"L6": l6_items}
 
 
 def _committed_word(claim_id: str, folder: Path) -> str:
-    for path in sorted((folder / "verdicts").glob("*.json")):
-        for row in json.loads(path.read_text()):
+    for entry in read_reference(folder).values():
+        for row in entry["verdicts"]:
             if row["id"] == claim_id:
                 return row["verdict"]
     raise ValueError(f"claim_id: no committed reference verdict of {claim_id!r} in {folder}")
