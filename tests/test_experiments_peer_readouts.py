@@ -7,6 +7,8 @@ import math
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ddcl_theory.experiments import peer_readouts as pr
 from ddcl_theory.layers.peers import (
@@ -325,7 +327,7 @@ def test_study_settings_come_from_the_profile_and_smoke_shrinks_only_budgets(mon
     assert cpu.seeds == (0, 1, 2) and cpu.scales() == (2, 5) and len(cpu.configurations()) == 1
     assert cpu.measure_sequences == 128 and cpu.sweep_epochs == 8
     # the reference profile: a confirmatory run on the rule's seeds, the full tuning grid
-    assert ref.seeds == tuple(range(2000, 2000 + pr.D17_SEEDS)) and ref.scales() == (5, 10, 20)
+    assert ref.seeds == tuple(range(4000, 4000 + pr.D17_SEEDS)) and ref.scales() == (5, 10, 20)
     assert ref.seeds_at(20) == ref.seeds and ref.seeds_at(5) == ref.seeds[:ref.trend_seeds]
     assert len(ref.configurations()) == 25 and (3e-3, 1.0) in ref.configurations()
     assert len(smoke.configurations()) == 1 and len(smoke.seeds_at(smoke.epochs)) == 1
@@ -348,16 +350,59 @@ def test_validation_split_holds_out_a_seeded_share_and_the_best_configuration_is
     both = torch.cat([fit.tokens, val.tokens]).flatten(1)
     assert sorted(map(tuple, both.tolist())) == sorted(map(tuple, data.tokens.flatten(1).tolist()))
     assert torch.equal(pr.validation_split(data, 0.25, seed=1)[1].tokens, val.tokens)
-    # the best accuracy; among equal accuracies the lower cross-entropy, whatever the order
-    assert pr.choose({(1e-3, 1.0): (0.5, 0.9), (3e-3, 0.3): (0.7, 1.2),
-                      (1e-2, 1.0): (0.7, 1.1)}) == (1e-2, 1.0)
-    assert pr.choose({(1e-2, 1.0): (0.7, 1.1), (3e-3, 0.3): (0.7, 1.2)}) == (1e-2, 1.0)
-    assert pr.choose({(1e-3, 1.0): (0.7, 1.0), (3e-3, 0.3): (0.7, 1.0)}) == (1e-3, 1.0)
-    assert pr.choose({(1e-3, 1.0): (0.6, 0.1), (3e-3, 0.3): (0.7, 2.0)}) == (3e-3, 0.3)
+    assert pr.held_out_count(20, 0.25) == 5 and pr.held_out_count(3, 0.01) == 1
+
+
+def test_equivalent_configurations_lie_within_one_binomial_standard_error_of_the_best():
+    a = 0.6
+    se = (a * (1 - a) / 160) ** 0.5                            # 0.0387
+    scores = {(1e-3, 1.0): (a, 1.5), (3e-3, 0.3): (a - se + 1e-9, 1.4),
+              (1e-2, 1.0): (a - se - 1e-6, 1.0), (3e-2, 0.1): (0.1, 0.5)}
+    assert pr.equivalent(scores, 160) == ((1e-3, 1.0), (3e-3, 0.3))
+    # more held-out sequences, a narrower band
+    assert pr.equivalent(scores, 100_000) == ((1e-3, 1.0),)
+    # a perfect best accuracy has no spread: only its equals
+    assert pr.equivalent({(1e-3, 1.0): (1.0, 0.1), (3e-3, 1.0): (0.99, 0.1)}, 160) \
+        == ((1e-3, 1.0),)
     with pytest.raises(ValueError, match="scores"):
-        pr.choose({})
+        pr.equivalent({}, 10)
     with pytest.raises(ValueError, match=r"scores: expected \(accuracy, cross-entropy\)"):
-        pr.choose({(1e-3, 1.0): 0.7})
+        pr.equivalent({(1e-3, 1.0): 0.7}, 10)
+    with pytest.raises(ValueError, match="held_out"):
+        pr.equivalent({(1e-3, 1.0): (0.7, 1.0)}, 0)
+
+
+@given(st.lists(st.tuples(st.floats(0, 1), st.floats(0.1, 3), st.floats(0.05, 1)),
+                min_size=1, max_size=12), st.integers(1, 2000))
+@settings(max_examples=60, deadline=None)
+def test_the_most_and_least_collapsed_are_equivalent_and_bracket_every_equivalent_rank(rows, n):
+    configs = [(10.0 ** -i, 1.0) for i in range(len(rows))]
+    scores = {c: (acc, loss) for c, (acc, loss, _) in zip(configs, rows)}
+    ranks = {c: rank for c, (_, _, rank) in zip(configs, rows)}
+    pool = pr.equivalent(scores, n)
+    best = max(acc for acc, _ in scores.values())
+    assert all(c in pool for c in configs if scores[c][0] == best)
+    assert all(scores[c][0] >= best - (best * (1 - best) / n) ** 0.5 for c in pool)
+    most, least = (pr.choose(scores, ranks, n, sel) for sel in pr.SELECTIONS)
+    assert most in pool and least in pool
+    assert ranks[most] == min(ranks[c] for c in pool)
+    assert ranks[least] == max(ranks[c] for c in pool)
+    # the grid's order does not move the pick where ranks and losses differ
+    flipped = dict(reversed(list(scores.items())))
+    if len({(ranks[c], scores[c][1]) for c in pool}) == len(pool):
+        assert pr.choose(flipped, ranks, n, pr.SELECTIONS[0]) == most
+
+
+def test_choose_breaks_equal_ranks_by_the_cross_entropy_and_names_bad_arguments():
+    scores = {(1e-3, 1.0): (0.6, 1.2), (3e-3, 0.3): (0.6, 1.1), (1e-2, 0.1): (0.2, 0.1)}
+    ranks = {(1e-3, 1.0): 0.3, (3e-3, 0.3): 0.3, (1e-2, 0.1): 0.9}
+    # the third is far below the best: not equivalent, so its high rank is never picked
+    assert pr.choose(scores, ranks, 160, "least collapsed") == (3e-3, 0.3)
+    assert pr.choose(scores, ranks, 160, "most collapsed") == (3e-3, 0.3)
+    with pytest.raises(ValueError, match="selection"):
+        pr.choose(scores, ranks, 160, "best")
+    with pytest.raises(ValueError, match="ranks: no maps rank"):
+        pr.choose(scores, {(1e-3, 1.0): 0.3}, 160)
 
 
 def test_one_grid_sets_each_readout_s_own_temperature_and_the_rate():
@@ -457,7 +502,17 @@ def test_run_study_on_a_tiny_debris_task_gives_every_part_of_the_result(monkeypa
     result = pr.run(s, timing=True)
     assert set(result.tuning) == set(pr.READOUTS)
     assert all(set(v) == set(s.configurations()) for v in result.tuning.values())
-    assert all(result.chosen(k) in s.configurations() for k in pr.READOUTS)
+    assert all(result.chosen(k, sel) in result.equivalent(k) for k in pr.READOUTS
+               for sel in pr.SELECTIONS)
+    assert result.held_out == pr.held_out_count(30, s.tune_fraction)
+    # the least collapsed runs: every seed at the deciding schedule; where a readout's two
+    # configurations coincide, the very runs of the deciding ones
+    assert all(len(result.least[k]) == 2 and result.least[k][0].final.epoch == 2
+               for k in pr.READOUTS)
+    for k in pr.READOUTS:
+        same = result.chosen(k, "most collapsed") == result.chosen(k, "least collapsed")
+        assert (result.deciding(k, "least collapsed")[0].final.maps_rank
+                == result.deciding(k)[0].final.maps_rank) or not same
     rows = pr.tuning_rows(result)
     assert len(rows) == 3 * 4 and {r.factor for r in rows} == {0.3, 1.0}
     assert all(math.isnan(r.ratio_start) == (r.kind != "ddcl") for r in rows)

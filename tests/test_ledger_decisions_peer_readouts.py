@@ -4,6 +4,7 @@ wrong sign and by a negligible one; inconclusive), every gate (tau at or above T
 still moving, a readout that did not learn) and too few seeds."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,7 +21,7 @@ from ddcl_theory.ledger.decisions.peer_readouts import (
     decide_d17,
     per_seed,
 )
-from ddcl_theory.ledger.rules import D17_SEEDS, D17_SESOI
+from ddcl_theory.ledger.rules import D17_RUN, D17_SEEDS, D17_SESOI
 from ddcl_theory.metrics import readouts as rm
 from ddcl_theory.ledger.verdict import Verdict
 
@@ -66,6 +67,7 @@ class _Settings:
 class _Result:
     settings: _Settings
     main: dict
+    least: dict
     sweep: list = field(default_factory=list)
     flops: dict = field(default_factory=lambda: {"ddcl": [10, 20], "slot": [50, 60],
                                                  "perceiver": [12, 22]})
@@ -73,19 +75,26 @@ class _Result:
 
 
 def _fake(n=D17_SEEDS, *, ddcl=(0.45, 0.70), slot=(0.10, 0.60), perceiver=(0.15, 0.30),
-          spread=0.01, **ddcl_kwargs):
-    """A study result: each readout's (rank / S, usage / S) at the end, with a per-seed
-    jitter of sd ``spread``; ``ddcl_kwargs`` go to DDCL's runs."""
+          spread=0.01, least=None, **ddcl_kwargs):
+    """A study result: each readout's (rank / S, usage / S) at the end of its most collapsed
+    runs, and (``least``: readout -> the same pair, default the most collapsed's) of its
+    least collapsed ones, with a per-seed jitter of sd ``spread``; ``ddcl_kwargs`` go to
+    DDCL's runs."""
     rng = np.random.default_rng(0)
-    main = {}
-    for e in (4, EPOCHS):
-        main[e] = {}
-        for kind, (rank, usage) in (("ddcl", ddcl), ("slot", slot), ("perceiver", perceiver)):
+    most = {"ddcl": ddcl, "slot": slot, "perceiver": perceiver}
+    least = {**most, **(least or {})}
+
+    def runs(readings):
+        out = {}
+        for kind, (rank, usage) in readings.items():
             jitter = spread * rng.standard_normal((n, 2))
-            main[e][kind] = [_history(kind, rank + j[0], usage + j[1], i,
-                                      **(ddcl_kwargs if kind == "ddcl" else {}))
-                             for i, j in enumerate(jitter)]
-    return _Result(_Settings(tuple(range(n))), main)
+            out[kind] = [_history(kind, rank + j[0], usage + j[1], i,
+                                  **(ddcl_kwargs if kind == "ddcl" else {}))
+                         for i, j in enumerate(jitter)]
+        return out
+
+    main = {e: runs(most) for e in (4, EPOCHS)}
+    return _Result(_Settings(tuple(range(n))), main, runs(least))
 
 
 def _decide(result):
@@ -95,7 +104,7 @@ def _decide(result):
 def test_clear_gains_on_both_readings_against_both_peers_reproduce_the_claim():
     v = _decide(_fake())
     assert isinstance(v, Verdict) and v.word == "reproduced"
-    assert [t.word for t in v.tests] == ["reproduced"] * 4
+    assert [t.word for t in v.tests] == ["reproduced"] * 6
     assert all(g.passed for g in v.gates)
     rule = rule_of("D17")
     assert v.rule == rule.text and v.n_seeds == D17_SEEDS == rule.n_seeds
@@ -116,8 +125,8 @@ def test_a_peer_ahead_on_the_usage_reading_is_shown_beside_and_decides_nothing()
     decided and shown beside the rule; DDCL far ahead on the maps' rank decides."""
     v = _decide(_fake(slot=(0.10, 0.99)))
     assert [t.word for t in v.tests] == ["reproduced", "reproduced", "not reproduced",
-                                         "reproduced"]
-    assert [t.binding for t in v.tests] == [True, True, False, False]
+                                         "reproduced", "reproduced", "reproduced"]
+    assert [t.binding for t in v.tests] == [True, True, False, False, False, False]
     assert v.word == "reproduced" and v.interval == tuple(v.tests[0].interval)
     assert "usage / S, DDCL - Slot Attention" in v.evidence
 
@@ -136,9 +145,30 @@ def test_an_interval_holding_both_the_margin_and_the_sesoi_is_inconclusive():
     assert v.tests[1].word == "inconclusive" and v.word == "inconclusive"
 
 
+def test_a_peer_that_a_configuration_keeps_from_collapse_is_shown_beside():
+    """Slot Attention at its least collapsed equivalent configuration as spread as DDCL: the
+    rows beside say so; the word reads the most collapsed ones, where it collapses."""
+    v = _decide(_fake(least={"slot": (0.44, 0.99)}, spread=0.005))
+    assert [t.binding for t in v.tests] == [True, True, False, False, False, False]
+    assert v.tests[4].word == "not reproduced" and v.tests[4].interval[1] < D17_SESOI
+    assert v.tests[0].word == "reproduced" and v.word == "reproduced"
+    assert re.search(r"at the least collapsed: DDCL 0\.4\d+, Slot Attention 0\.4", v.evidence)
+    assert v.numbers["least collapsed maps_rank"]["slot"] == pytest.approx(0.44, abs=0.01)
+    # the least collapsed runs carry their per-seed values too
+    assert len(v.per_seed[rule_of("D17").beside[2].statistic]) == D17_SEEDS
+
+
+def test_a_peer_collapsed_only_at_its_worst_configuration_still_decides_the_word():
+    """DDCL's most collapsed configuration as collapsed as the Perceiver's: not reproduced,
+    whatever the least collapsed say."""
+    v = _decide(_fake(ddcl=(0.16, 0.70), least={"ddcl": (0.45, 0.7)}, spread=0.005))
+    assert v.tests[1].word == "not reproduced" and v.word == "not reproduced"
+    assert v.tests[5].word == "reproduced"
+
+
 def test_fewer_seeds_than_the_rule_registers_decide_nothing():
     v = _decide(_fake(n=5))
-    assert [t.word for t in v.tests] == ["reproduced"] * 4
+    assert [t.word for t in v.tests] == ["reproduced"] * 6
     assert v.word == "inconclusive" and f"the rule asks {D17_SEEDS}" in v.evidence
 
 
@@ -149,7 +179,7 @@ def test_a_ddcl_run_at_or_above_t_c_fails_the_gate():
     gate = next(g for g in v.gates if g.name == "tau below T_c")
     assert not gate.passed and "1.2 at the end" in gate.detail
     assert v.word == "inconclusive" and "tau below T_c" in v.evidence
-    assert [t.word for t in v.tests] == ["reproduced"] * 4   # the intervals are still shown
+    assert [t.word for t in v.tests] == ["reproduced"] * 6   # the intervals are still shown
 
 
 def test_the_start_and_end_of_tau_over_t_c_are_reported():
@@ -162,6 +192,16 @@ def test_a_reading_still_moving_at_the_end_fails_the_settled_gate():
     v = _decide(_fake(moving=True))
     gate = next(g for g in v.gates if g.name == "settled")
     assert not gate.passed and v.word == "inconclusive"
+
+
+def test_a_reading_beside_still_moving_is_reported_and_fails_no_gate():
+    result = _fake()
+    result.least["ddcl"] = [_history("ddcl", 0.45, 0.7, i, moving=True)
+                            for i in range(D17_SEEDS)]
+    settled = next(g for g in d17_gates(result, CHANCE) if g.name == "settled")
+    assert settled.passed
+    beside = float(settled.detail.rsplit("of a test beside: ", 1)[1])
+    assert beside > 0.025 and _decide(result).word == "reproduced"
 
 
 def test_a_readout_that_did_not_learn_the_task_fails_the_learned_gate():
@@ -177,7 +217,12 @@ def test_samples_pair_the_runs_by_seed_and_sequence():
     items = d17_items(result, "slot")
     assert np.allclose([d.mean() for d in items], ours - theirs)
     samples = d17_samples(result)
-    assert len(samples) == len(TESTS) == 4
+    assert len(samples) == len(TESTS) == 6
+    assert len(d17_samples(result, 4)) == 4                   # a shorter schedule: no least
+    least = d17_items(result, "slot", selection="least collapsed")
+    assert np.allclose([d.mean() for d in least],
+                       per_seed(result, "ddcl", "maps_rank", selection="least collapsed")
+                       - per_seed(result, "slot", "maps_rank", selection="least collapsed"))
     interval, spread = samples[0]
     assert interval.method == "bootstrap over seeds and items" and interval.n == 4
     assert spread == pytest.approx(np.std(ours - theirs, ddof=1))
@@ -188,6 +233,10 @@ def test_samples_pair_the_runs_by_seed_and_sequence():
         per_seed(result, "ddcl", "accuracy")
     with pytest.raises(ValueError, match="test"):
         d17_trend(result, 4)
+    with pytest.raises(ValueError, match="selection"):
+        per_seed(result, "ddcl", "maps_rank", selection="best")
+    with pytest.raises(ValueError, match="epochs: the least collapsed"):
+        per_seed(result, "ddcl", "maps_rank", epochs=4, selection="least collapsed")
     with pytest.raises(ValueError, match="chance"):
         decide_d17(result, chance=1.5, task="x")
 
@@ -199,6 +248,7 @@ def test_the_registered_rule_matches_the_study_s_confirmatory_seeds():
     ref = pr.StudySettings.for_profile(profile.Profile("reference", "cpu"))
     assert len(ref.seeds) == rule.n_seeds and min(ref.seeds) >= 1000
     assert ref.scales()[-1] == ref.epochs and len(ref.scales()) >= 3
+    assert pr.D17_CONFIRMATORY_RUN == D17_RUN and min(ref.seeds) == 1000 * D17_RUN
     assert all(t.s - t.margin == pytest.approx(1 / ref.ng_slots) for t in rule.tests)
 
 

@@ -45,3 +45,19 @@ def test_a_rerun_repeating_every_word_says_so_and_a_malformed_one_is_named(tmp_p
         {"chapter": "soft_vq", "runs": [{"code": "abc1234"}]}))
     with pytest.raises(ValueError, match=r"runs\[0\] lacks date, what, completed, verdicts"):
         reruns.reruns(ref)
+
+
+def test_a_rerun_of_a_replaced_record_is_set_beside_the_words_it_reran(tmp_path):
+    ref = tmp_path / "reference"
+    (ref / "verdicts").mkdir(parents=True)
+    (ref / reruns.RERUNS).mkdir()
+    shutil.copy(reference_dir() / "verdicts" / "soft_vq.json", ref / "verdicts")
+    record = json.loads((reference_dir() / reruns.RERUNS / "soft_vq.json").read_text())
+    now = json.loads((ref / "verdicts" / "soft_vq.json").read_text())
+    word = next(v["verdict"] for v in now if v["id"] == "D11")
+    other = "inconclusive" if word != "inconclusive" else "reproduced"
+    record["runs"][0]["reran"] = {"D11": other}
+    (ref / reruns.RERUNS / "soft_vq.json").write_text(json.dumps(record))
+    [row] = reruns.rerun_rows(ref)
+    assert row[1] == other and row[2] == f"**{word}**"
+    assert reruns.repeated_text([row]) == "0 of 1 words repeat the record's; not repeated: D11."

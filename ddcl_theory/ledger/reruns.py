@@ -3,7 +3,9 @@
 A reference chapter rerun in a later session (from a clean tree, to see whether its record
 repeats) is kept in ``results/reference/reruns/<chapter>.json`` when it is not made the record:
 its code, date, what it was and whether the chapter completed, and for each claim it decided
-the word, evidence and tests as the chapter's decision gave them, with the per-seed values::
+the word, evidence and tests as the chapter's decision gave them, with the per-seed values.
+A rerun of a record that a later confirmatory run has since replaced names the words of the
+record it reran (``"reran": {"D17": "reproduced"}``), and is set beside those::
 
     {"chapter": "peer_readouts", "runs": [{"code": "e656076", "date": "2026-12-05",
         "what": "...", "completed": false, "verdicts": [{"id": "D17", "verdict": "...", ...}],
@@ -48,15 +50,17 @@ def reruns(folder: Path | None = None) -> dict[str, list[dict]]:
 
 
 def rerun_rows(folder: Path | None = None) -> list[list[str]]:
-    """One row per claim a rerun decided: the claim, the record's word, the rerun's word (in
-    bold where they differ), its value, its code and date, and what it was."""
+    """One row per claim a rerun decided: the claim, the word of the record it reran (the
+    current record's unless the rerun names another, ``reran``), the rerun's word (in bold
+    where they differ), its value, its code and date, and what it was."""
     record = {row["id"]: row["verdict"] for entry in read_reference(folder).values()
               for row in entry["verdicts"]}
     rows = []
     for chapter, runs in reruns(folder).items():
         for run in runs:
+            reran = run.get("reran") or {}
             for i, v in enumerate(run["verdicts"]):
-                then = record.get(v["id"], "–")
+                then = reran.get(v["id"], record.get(v["id"], "–"))
                 word = v["verdict"] if v["verdict"] == then else f"**{v['verdict']}**"
                 rows.append([v["id"], then, word, v.get("our_value") or "–",
                              f"`{run['code']}`, {run['date']}", "" if i else run["what"]])

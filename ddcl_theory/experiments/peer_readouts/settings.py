@@ -33,9 +33,9 @@ _INF = math.inf          # ``lt=_INF``: a finite float (infinity itself is refus
 
 #: The seeds of the confirmatory run: the registered rule's (``ledger.rules``, claim D17).
 D17_SEEDS = 30
-#: Which confirmatory run of the D17 rule the reference makes: the second, on seeds the first
-#: (whose tuning broke ties of validation accuracy by grid order) did not use.
-D17_CONFIRMATORY_RUN = 2
+#: Which confirmatory run of the D17 rule the reference makes (the rule's ``D17_RUN``): seeds no
+#: earlier confirmatory run and no exploratory tuning grid used.
+D17_CONFIRMATORY_RUN = 4
 
 
 @dataclass(frozen=True)
@@ -111,12 +111,14 @@ class StudySettings(Settings):
     configuration of the common grid ``tune_lrs`` x ``tune_temperature_factors`` (a factor
     multiplies the readout's default temperature: ``ddcl_relative_temperature``,
     ``slot_temperature`` or ``perceiver_temperature``) on the training sequences less a held-out
-    ``tune_fraction`` (seed ``data_seed``), and its configuration is the one with the best
-    validation accuracy, ties broken by the lower validation cross-entropy: the same number of
+    ``tune_fraction`` (seed ``data_seed``); each readout then runs at two of the
+    configurations whose validation accuracy lies within one binomial standard error of its
+    best, the most and the least collapsed by their tuning runs' maps rank
+    (``study.choose``): the same number of
     configurations, the same split and the same criterion for each readout.
 
-    *Main runs*: the three readouts at their chosen configurations on all the training
-    sequences of ``decide_task``, per schedule of :meth:`scales` (separate runs of
+    *Main runs*: the three readouts at their most collapsed such configurations on all the
+    training sequences of ``decide_task``, per schedule of :meth:`scales` (separate runs of
     ``shorter_epochs`` and ``epochs`` epochs, each with its own warm-up and cosine decay): one
     run per seed of ``seeds`` at the longest (the deciding runs), per seed of the first
     ``trend_seeds`` at the shorter ones. Batch ``batch_size``, AdamW
@@ -133,7 +135,7 @@ class StudySettings(Settings):
     Profiles. cpu: three seeds, schedules of 2 and 5 epochs, one configuration per readout (at
     its scale the choice between neighbouring configurations turns on a few validation
     messages), the collapse measures on 128 sequences (a regression run and pilot);
-    reference: the rule's seeds (its second confirmatory run, from 2000 up) at 20 epochs, five
+    reference: the rule's seeds (its fourth confirmatory run, from 4000 up) at 20 epochs, five
     of them at 5
     and 10 epochs, the grid of five rates and five temperature factors, 256 sequences
     measured; paper: the full corpus, longer texts, 30 epochs, timing lengths up to 4096.

@@ -99,6 +99,12 @@ class SweepRun:
 
 #: A tuning configuration: (learning rate, temperature factor).
 Config = tuple[float, float]
+#: The two configurations each readout runs at, both among its *equivalent* configurations
+#: (validation accuracy within one binomial standard error of its best, :func:`equivalent`):
+#: the most collapsed (lowest maps rank / S in its tuning run; the deciding runs: the worst a
+#: user who tunes by validation accuracy can get) and the least collapsed (the highest; the
+#: readout at its best, beside).
+SELECTIONS = ("most collapsed", "least collapsed")
 
 
 @dataclass
@@ -111,7 +117,11 @@ class StudyResult:
         tuning: readout -> configuration (lr, temperature factor) -> the history of its
             tuning run (``test_acc``: accuracy on the held-out validation split).
         main: schedule (epochs) -> readout -> one :class:`ReadoutHistory` per seed of
-            ``settings.seeds_at(epochs)``, at the readout's chosen configuration.
+            ``settings.seeds_at(epochs)``, at the readout's most collapsed equivalent
+            configuration (the deciding runs at the longest schedule).
+        least: readout -> one :class:`ReadoutHistory` per seed of ``settings.seeds`` at the
+            deciding schedule and the readout's least collapsed equivalent configuration (the
+            same runs as ``main``'s where the two configurations coincide).
         sweep: the :class:`SweepRun` of every variant of :data:`SWEEP` and sweep seed.
         flops: readout -> FLOPs per sequence at each of ``settings.cost_lengths``
             (:func:`flop_counts`, at the width and slot count of the deciding task).
@@ -122,6 +132,7 @@ class StudyResult:
     tasks: dict[str, TaskData]
     tuning: dict[str, dict[Config, ReadoutHistory]]
     main: dict[int, dict[str, list[ReadoutHistory]]]
+    least: dict[str, list[ReadoutHistory]]
     sweep: list[SweepRun]
     flops: dict[str, list[int]]
     cost: CostResult | None
@@ -131,12 +142,29 @@ class StudyResult:
         tuning run."""
         return validation_scores(self.tuning[kind])
 
-    def chosen(self, kind: str) -> Config:
-        """The configuration of ``kind``'s main runs (:func:`choose`)."""
-        return choose(self.validation_scores(kind))
+    @property
+    def held_out(self) -> int:
+        """The number of held-out sequences the tuning's validation accuracies are read on."""
+        task = self.tasks[self.settings.decide_task]
+        return held_out_count(len(task.train.labels), self.settings.tune_fraction)
 
-    def deciding(self, kind: str) -> list[ReadoutHistory]:
-        """``kind``'s main runs at the deciding (longest) schedule, in seed order."""
+    def equivalent(self, kind: str) -> tuple[Config, ...]:
+        """``kind``'s equivalent configurations (:func:`equivalent`), in grid order."""
+        return equivalent(self.validation_scores(kind), self.held_out)
+
+    def chosen(self, kind: str, selection: str = SELECTIONS[0]) -> Config:
+        """The configuration of ``kind``'s runs of ``selection`` (one of :data:`SELECTIONS`;
+        :func:`choose`)."""
+        return choose(self.validation_scores(kind), tuning_ranks(self.tuning[kind]),
+                      self.held_out, selection)
+
+    def deciding(self, kind: str, selection: str = SELECTIONS[0]) -> list[ReadoutHistory]:
+        """``kind``'s runs at the deciding (longest) schedule and the configuration of
+        ``selection``, in seed order."""
+        if selection not in SELECTIONS:
+            raise ValueError(f"selection: expected one of {SELECTIONS}, got {selection!r}")
+        if selection == SELECTIONS[1]:
+            return self.least[kind]
         return self.main[self.settings.epochs][kind]
 
     @property
@@ -159,19 +187,49 @@ def _unit(ckpt: RunDir, key: str, kind: str, train: TokenSet, test: TokenSet,
                                             run=ckpt, name=key))
 
 
-def choose(scores: dict[Config, tuple[float, float]]) -> Config:
-    """The configuration with the best validation accuracy in ``scores`` (configuration ->
-    (accuracy, cross-entropy)); among equal accuracies (a step of one held-out sequence ties
-    them often) the lowest validation cross-entropy; among equals in both the first in grid
-    order."""
+def held_out_count(n: int, fraction: float) -> int:
+    """How many of ``n`` sequences :func:`validation_split` holds out at ``fraction``."""
+    return max(1, int(round(fraction * n)))
+
+
+def equivalent(scores: dict[Config, tuple[float, float]], held_out: int) -> tuple[Config, ...]:
+    """The configurations of ``scores`` (configuration -> (accuracy, cross-entropy)) whose
+    validation accuracy lies within one binomial standard error, sqrt(a (1 - a) / n), of the
+    best accuracy a on ``held_out`` = n sequences: the one-standard-error rule. A validation
+    split of n sequences cannot tell them apart, so any of them is a configuration a user who
+    tunes by validation accuracy may keep."""
     if not scores:
         raise ValueError("scores: expected at least one configuration")
     if any(not isinstance(v, tuple) or len(v) != 2 for v in scores.values()):
         raise ValueError("scores: expected (accuracy, cross-entropy) pairs")
+    if held_out < 1:
+        raise ValueError(f"held_out: expected at least one sequence, got {held_out!r}")
     best = max(acc for acc, _ in scores.values())
-    tied = {c: loss for c, (acc, loss) in scores.items() if acc == best}
-    lowest = min(tied.values())
-    return next(c for c, loss in tied.items() if loss == lowest)
+    floor = best - (best * (1 - best) / held_out) ** 0.5
+    return tuple(c for c, (acc, _) in scores.items() if acc >= floor)
+
+
+def choose(scores: dict[Config, tuple[float, float]], ranks: dict[Config, float],
+           held_out: int, selection: str = SELECTIONS[0]) -> Config:
+    """Among the :func:`equivalent` configurations of ``scores`` (configuration -> (accuracy,
+    cross-entropy) on ``held_out`` sequences), the most or least collapsed (``selection``, one
+    of :data:`SELECTIONS`): the lowest or highest ``ranks`` (configuration -> maps rank / S of
+    its tuning run); among equal ranks the lowest validation cross-entropy, then the first in
+    grid order."""
+    if selection not in SELECTIONS:
+        raise ValueError(f"selection: expected one of {SELECTIONS}, got {selection!r}")
+    pool = equivalent(scores, held_out)
+    missing = [c for c in pool if c not in ranks]
+    if missing:
+        raise ValueError(f"ranks: no maps rank for configuration(s) {missing}")
+    sign = 1.0 if selection == SELECTIONS[0] else -1.0
+    return min(pool, key=lambda c: (sign * ranks[c], scores[c][1]))
+
+
+def tuning_ranks(runs: dict[Config, ReadoutHistory]) -> dict[Config, float]:
+    """configuration -> maps rank / S at the end of its tuning run (on its training
+    sequences)."""
+    return {c: float(h.final.maps_rank) for c, h in runs.items()}
 
 
 def validation_scores(runs: dict[Config, ReadoutHistory]) -> dict[Config, tuple[float, float]]:
@@ -182,7 +240,7 @@ def validation_scores(runs: dict[Config, ReadoutHistory]) -> dict[Config, tuple[
 def validation_split(data: TokenSet, fraction: float, seed: int) -> tuple[TokenSet, TokenSet]:
     """(fit, validation): a seeded random ``fraction`` of the sequences of ``data`` held out."""
     n = data.tokens.shape[0]
-    held = max(1, int(round(fraction * n)))
+    held = held_out_count(n, fraction)
     if held >= n:
         raise ValueError(f"fraction: leaves no training sequence out of {n}")
     order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
@@ -212,8 +270,9 @@ def tune(s: StudySettings, task: TaskData, ckpt: RunDir | None = None
 
 def run(settings: StudySettings | None = None, *, encoder=None,
         tasks: dict[str, TaskData] | None = None, timing: bool = True) -> StudyResult:
-    """Tune the three readouts on ``settings.decide_task``, train each at its chosen
-    configuration over ``settings.seeds`` at every schedule of ``settings.scales()``, run the
+    """Tune the three readouts on ``settings.decide_task``; train each at its most collapsed
+    equivalent configuration over ``settings.seeds`` at every schedule of ``settings.scales()``
+    and at its least collapsed one at the deciding schedule (:func:`choose`); run the
     mechanism sweep on ``settings.sweep_task``, count FLOPs and (``timing``) time the forward
     passes.
 
@@ -233,13 +292,22 @@ def run(settings: StudySettings | None = None, *, encoder=None,
     ckpt = RunDir("peer_readouts", s)
     d = data[s.decide_task]
     tuning = tune(s, d, ckpt)
-    chosen = {k: choose(validation_scores(tuning[k])) for k in READOUTS}
+    held = held_out_count(len(d.train.labels), s.tune_fraction)
+    chosen = {(k, sel): choose(validation_scores(tuning[k]), tuning_ranks(tuning[k]), held, sel)
+              for k in READOUTS for sel in SELECTIONS}
+
+    def runs(kind: str, config: Config, epochs: int, seeds) -> list[ReadoutHistory]:
+        lr, factor = config
+        return [_unit(ckpt, f"main/{d.name}/{kind}/lr={lr:g}/factor={factor:g}/"
+                            f"epochs={epochs}/seed={seed}", kind, d.train, d.test,
+                      s.tuned_settings(kind, seed, config, epochs)) for seed in seeds]
+
     main: dict[int, dict[str, list[ReadoutHistory]]] = {}
     for epochs in progress(s.scales(), desc="schedules"):
-        main[epochs] = {kind: [_unit(ckpt, f"main/{d.name}/{kind}/epochs={epochs}/seed={seed}",
-                                     kind, d.train, d.test,
-                                     s.tuned_settings(kind, seed, chosen[kind], epochs))
-                               for seed in s.seeds_at(epochs)] for kind in READOUTS}
+        main[epochs] = {kind: runs(kind, chosen[kind, SELECTIONS[0]], epochs,
+                                   s.seeds_at(epochs)) for kind in READOUTS}
+    least = {kind: runs(kind, chosen[kind, SELECTIONS[1]], s.epochs, s.seeds)
+             for kind in progress(READOUTS, desc="least collapsed")}
     d = data[s.sweep_task]
     sweep = []
     for v in progress(SWEEP, desc="sweep"):
@@ -252,4 +320,4 @@ def run(settings: StudySettings | None = None, *, encoder=None,
     flops = flop_counts(cs)
     cost = inference_cost(cs) if timing else None
     ckpt.finish({"schedules": list(s.scales()), "sweep_runs": len(sweep)})
-    return StudyResult(s, data, tuning, main, sweep, flops, cost)
+    return StudyResult(s, data, tuning, main, least, sweep, flops, cost)

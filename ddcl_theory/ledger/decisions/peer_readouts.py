@@ -1,16 +1,20 @@
 """Claim D17: prototype readouts (Slot Attention, Perceiver latents) against DDCL-Attention.
 
 :func:`decide_d17` decides the claim by its registered rule (:data:`ddcl_theory.ledger.rules.
-RULES`), whose four tests read collapse two ways on the deciding task, each paired by seed and
-by the measured training sequences, at the longest schedule:
+RULES`), whose six tests read collapse on the deciding task, each paired by seed and by the
+measured training sequences, at the longest schedule. Each readout runs at two of its
+equivalent configurations (:data:`~ddcl_theory.experiments.peer_readouts.SELECTIONS`): the most
+collapsed (the deciding runs) and the least collapsed.
 
-1, 2. the effective rank of the S attention maps / S (the primary reading), DDCL - Slot
-      Attention and DDCL - Perceiver, 95% bootstrap over seeds and sequences (the per-sequence
-      paired differences);
-3, 4. the usage perplexity of the tokens' first choices / S, the same pairs, 95% paired t over
-      seeds (a statistic of the pooled histogram of first choices, with no per-item part).
+1, 2. the effective rank of the S attention maps / S, DDCL - Slot Attention and DDCL -
+      Perceiver, each at its most collapsed configuration (the deciding tests), 95% bootstrap
+      over seeds and sequences (the per-sequence paired differences);
+3, 4. the usage perplexity of the tokens' first choices / S, the same pairs and runs, 95%
+      paired t over seeds (a statistic of the pooled histogram of first choices, with no
+      per-item part; beside);
+5, 6. the maps rank / S of 1 and 2, each readout at its least collapsed configuration (beside).
 
-The claim is reproduced when all four are, not reproduced when one is (the house's
+The claim is reproduced when both deciding tests are, not reproduced when one is (the house's
 conjunction, :meth:`ddcl_theory.ledger.design.Rule.word`). The gates (:func:`d17_gates`):
 every deciding DDCL run keeps tau below T_c of the L_q it trains at every epoch; each test's
 seed-mean paired difference is settled over the last quarter of the schedule; every deciding
@@ -19,11 +23,13 @@ sweep that collapsed, are reported beside and decide nothing.
 
 Reads a study result by attribute (``settings`` with ``seeds``, ``epochs``, ``scales()``;
 ``main``: schedule -> readout -> histories whose records carry ``maps_rank``,
-``normalised_usage``, ``maps_rank_items``, ``critical_ratio``, ``test_acc``; ``sweep``;
+``normalised_usage``, ``maps_rank_items``, ``critical_ratio``, ``test_acc``; ``least``:
+readout -> histories at the deciding schedule; ``sweep``;
 ``flops``; ``slot_iterations``); never timings.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -35,15 +41,19 @@ from ddcl_theory.ledger.report import interval_text
 from ddcl_theory.ledger.tolerance import Tolerance
 from ddcl_theory.ledger.verdict import Verdict
 
-__all__ = ["D17_TOLERANCE", "PEERS", "STATISTICS", "TESTS", "d17_gates", "d17_items",
+__all__ = ["D17_TOLERANCE", "PEERS", "SELECTIONS", "STATISTICS", "TESTS", "d17_gates",
+           "d17_items",
            "d17_samples", "d17_trend", "decide_d17", "per_seed"]
 
 #: The peers, in the order of the rule's tests.
 PEERS = ("slot", "perceiver")
 #: The two readings of collapse: record attribute, in the order of the rule's tests.
 STATISTICS = ("maps_rank", "normalised_usage")
-#: (statistic, peer) of each registered test, in order.
-TESTS = tuple((stat, peer) for stat in STATISTICS for peer in PEERS)
+#: Which configuration a test reads: the most or the least collapsed of the equivalent ones.
+SELECTIONS = ("most collapsed", "least collapsed")
+#: (statistic, peer, selection) of each registered test, in order.
+TESTS = tuple((stat, peer, SELECTIONS[0]) for stat in STATISTICS for peer in PEERS) + tuple(
+    ("maps_rank", peer, SELECTIONS[1]) for peer in PEERS)
 NAMES = {"ddcl": "DDCL", "slot": "Slot Attention", "perceiver": "Perceiver"}
 _SHORT = {"maps_rank": "maps rank / S", "normalised_usage": "usage / S"}
 #: The gates' thresholds: the share of the schedule the settled gate reads, and how far above
@@ -63,20 +73,28 @@ D17_TOLERANCE = Tolerance(abs=0.05, rel=0.25, count_abs=5,
                           "the tests' words stand clear of their margins")
 
 
-def _runs(result: Any, kind: str, epochs: int | None) -> list:
+def _runs(result: Any, kind: str, epochs: int | None,
+          selection: str = SELECTIONS[0]) -> list:
     s = result.settings
+    if selection not in SELECTIONS:
+        raise ValueError(f"selection: expected one of {SELECTIONS}, got {selection!r}")
+    if selection == SELECTIONS[1]:
+        if epochs not in (None, s.epochs):
+            raise ValueError(f"epochs: the least collapsed configurations run only the "
+                             f"deciding schedule ({s.epochs}), got {epochs!r}")
+        return result.least[kind]
     return result.main[s.epochs if epochs is None else epochs][kind]
 
 
 def per_seed(result: Any, kind: str, statistic: str, epochs: int | None = None,
-             epoch: int | None = None) -> np.ndarray:
-    """(seeds,) ``statistic`` (a name of :data:`STATISTICS`) of ``kind``'s main runs of
-    ``epochs`` epochs (default: the deciding schedule) at ``epoch`` (default: the last), in
-    seed order."""
+             epoch: int | None = None, selection: str = SELECTIONS[0]) -> np.ndarray:
+    """(seeds,) ``statistic`` (a name of :data:`STATISTICS`) of ``kind``'s runs of ``epochs``
+    epochs (default: the deciding schedule) at its ``selection`` configuration (one of
+    :data:`SELECTIONS`) at ``epoch`` (default: the last), in seed order."""
     if statistic not in STATISTICS:
         raise ValueError(f"statistic: expected one of {STATISTICS}, got {statistic!r}")
     out = []
-    for h in _runs(result, kind, epochs):
+    for h in _runs(result, kind, epochs, selection):
         rec = h.final if epoch is None else next(
             (r for r in h.records if r.epoch == epoch), None)
         if rec is None:
@@ -86,10 +104,13 @@ def per_seed(result: Any, kind: str, statistic: str, epochs: int | None = None,
     return np.array(out)
 
 
-def d17_items(result: Any, peer: str, epochs: int | None = None) -> list[np.ndarray]:
+def d17_items(result: Any, peer: str, epochs: int | None = None,
+              selection: str = SELECTIONS[0]) -> list[np.ndarray]:
     """Per seed, the per-sequence paired differences of the maps' effective rank / S, DDCL -
-    ``peer``, on the same measured sequences (final records of the runs of ``epochs``)."""
-    ours, theirs = _runs(result, "ddcl", epochs), _runs(result, peer, epochs)
+    ``peer``, on the same measured sequences (final records of the runs of ``epochs``, each
+    readout at its ``selection`` configuration)."""
+    ours = _runs(result, "ddcl", epochs, selection)
+    theirs = _runs(result, peer, epochs, selection)
     out = []
     for a, b in zip(ours, theirs):
         x, y = np.asarray(a.final.maps_rank_items), np.asarray(b.final.maps_rank_items)
@@ -103,13 +124,17 @@ def d17_items(result: Any, peer: str, epochs: int | None = None) -> list[np.ndar
 def d17_samples(result: Any, epochs: int | None = None) -> list:
     """What :meth:`~ddcl_theory.ledger.design.Rule.evaluate` takes, in test order: for the
     rank tests ``(bootstrap interval over seeds and sequences, per-seed sd)`` (the per-seed
-    differences alone with one seed), for the usage tests the per-seed paired differences."""
-    ours = {stat: per_seed(result, "ddcl", stat, epochs) for stat in STATISTICS}
+    differences alone with one seed), for the usage tests the per-seed paired differences.
+    ``epochs`` other than the deciding schedule reads the deciding tests' runs only (the first
+    four tests)."""
+    s = result.settings
+    tests = TESTS if epochs in (None, s.epochs) else TESTS[:2 * len(PEERS)]
     samples = []
-    for stat, peer in TESTS:
-        diffs = ours[stat] - per_seed(result, peer, stat, epochs)
+    for stat, peer, sel in tests:
+        diffs = (per_seed(result, "ddcl", stat, epochs, selection=sel)
+                 - per_seed(result, peer, stat, epochs, selection=sel))
         if stat == "maps_rank" and diffs.size >= 2:
-            interval = stats.bootstrap_seeds_items(d17_items(result, peer, epochs))
+            interval = stats.bootstrap_seeds_items(d17_items(result, peer, epochs, sel))
             samples.append((interval, float(np.std(diffs, ddof=1))))
         else:
             samples.append(diffs)
@@ -118,13 +143,16 @@ def d17_samples(result: Any, epochs: int | None = None) -> list:
 
 def d17_trend(result: Any, test: int = 0) -> dict[str, list[float]]:
     """Schedule label ("<e> epochs") -> [estimate, low, high] of the rule's test ``test``
-    (index into :data:`TESTS`) at each schedule of ``settings.scales()`` (separate runs)."""
+    (index into the first four of :data:`TESTS`, those of the most collapsed configurations,
+    which run at every schedule) at each schedule of ``settings.scales()`` (separate runs)."""
     rule = rule_of("D17")
-    if not 0 <= test < len(TESTS):
-        raise ValueError(f"test: expected an index below {len(TESTS)}, got {test!r}")
+    read = 2 * len(PEERS)
+    if not 0 <= test < read:
+        raise ValueError(f"test: expected an index below {read}, got {test!r}")
+    short = dataclasses.replace(rule, beside=rule.beside[:len(PEERS)])
     out = {}
     for epochs in result.settings.scales():
-        r = rule.evaluate(d17_samples(result, epochs))[test]
+        r = short.evaluate(d17_samples(result, epochs)[:read])[test]
         out[f"{epochs} epochs"] = [round(r.estimate, 4), round(r.interval[0], 4),
                                    round(r.interval[1], 4)]
     return out
@@ -141,10 +169,11 @@ def d17_gates(result: Any, chance: float) -> list[Gate]:
 
     * ``tau below T_c``: every DDCL run's tau / T_c of L_q below 1 at every epoch (the start
       and the end reported);
-    * ``settled``: each test's seed-mean paired difference moved by less than half the SESOI
-      over the last :data:`SETTLED_SHARE` of the schedule;
-    * ``learned``: every run's test accuracy at least :data:`LEARNED_ABOVE_CHANCE` above
-      ``chance``.
+    * ``settled``: each deciding test's seed-mean paired difference moved by less than half
+      the SESOI over the last :data:`SETTLED_SHARE` of the schedule (the largest move of a
+      test beside reported);
+    * ``learned``: every deciding run's test accuracy at least :data:`LEARNED_ABOVE_CHANCE`
+      above ``chance`` (the lowest of the least collapsed runs reported).
     """
     rule = rule_of("D17")
     s = result.settings
@@ -159,22 +188,27 @@ def d17_gates(result: Any, chance: float) -> list[Gate]:
                      "the guarantee (start it further below T_c)"))]
     back = max(1, round(SETTLED_SHARE * s.epochs))
     moves = []
-    for (stat, peer), test in zip(TESTS, rule.all_tests):
+    for (stat, peer, sel), test in zip(TESTS, rule.all_tests):
         diff = np.mean([_series(a, stat) - _series(b, stat) for a, b in
-                        zip(_runs(result, "ddcl", None), _runs(result, peer, None))], axis=0)
+                        zip(_runs(result, "ddcl", None, sel), _runs(result, peer, None, sel))],
+                       axis=0)
         moves.append(abs(float(diff[-1] - diff[-1 - back])))
+    deciding, beside = moves[:len(rule.tests)], moves[len(rule.tests):]
     half = min(t.s - t.margin for t in rule.all_tests) / 2
-    settled = max(moves) < half
+    settled = max(deciding) < half
     gates.append(Gate("settled", settled,
-                      f"largest move of a test's seed-mean paired difference over the last "
-                      f"{back} of {s.epochs} epochs: {max(moves):.3g} (allowed below {half:g})"
+                      f"largest move of a deciding test's seed-mean paired difference over the "
+                      f"last {back} of {s.epochs} epochs: {max(deciding):.3g} (allowed below "
+                      f"{half:g}); of a test beside: {max(beside):.3g}"
                       + ("" if settled else "; a longer schedule would let it settle")))
     accs = {k: min(h.final.test_acc for h in _runs(result, k, None)) for k in ("ddcl",) + PEERS}
+    least = min(h.final.test_acc for k in ("ddcl",) + PEERS
+                for h in _runs(result, k, None, SELECTIONS[1]))
     learned = all(a >= chance + LEARNED_ABOVE_CHANCE for a in accs.values())
     gates.append(Gate("learned", learned,
                       "lowest test accuracy of a deciding run: " + ", ".join(
                           f"{NAMES[k]} {a:.3f}" for k, a in accs.items())
-                      + f" (chance {chance:.3f})"
+                      + f" (chance {chance:.3f}); of a least collapsed run: {least:.3f}"
                       + ("" if learned else "; a readout that did not learn the task "
                          "voids the comparison")))
     return gates
@@ -189,8 +223,8 @@ def _sweep_collapses(result: Any) -> tuple[int, int, int]:
     return len(runs), len(collapsed), started_below
 
 
-def _test_line(stat: str, peer: str, r: TestResult) -> str:
-    return f"{_SHORT[stat]}, DDCL - {NAMES[peer]} {interval_text(r)} ({r.word})"
+def _test_line(stat: str, peer: str, sel: str, r: TestResult) -> str:
+    return f"{_SHORT[stat]}, DDCL - {NAMES[peer]}, {sel} {interval_text(r)} ({r.word})"
 
 
 def decide_d17(result: Any, *, chance: float, task: str) -> Verdict:
@@ -206,6 +240,8 @@ def decide_d17(result: Any, *, chance: float, task: str) -> Verdict:
     binding = rule.binding(results)
     means = {(k, stat): float(per_seed(result, k, stat).mean())
              for k in ("ddcl",) + PEERS for stat in STATISTICS}
+    least = {k: float(per_seed(result, k, "maps_rank", selection=SELECTIONS[1]).mean())
+             for k in ("ddcl",) + PEERS}
     trend = d17_trend(result, binding)
     flops = result.flops
     slot_flops = [f / d for f, d in zip(flops["slot"], flops["ddcl"])]
@@ -220,18 +256,22 @@ def decide_d17(result: Any, *, chance: float, task: str) -> Verdict:
     readings = "; ".join(
         f"{_SHORT[stat]}: " + ", ".join(f"{NAMES[k]} {means[(k, stat)]:.3f}"
                                          for k in ("ddcl",) + PEERS)
-        for stat in STATISTICS)
+        for stat in STATISTICS) + "; maps rank / S at the least collapsed: " + ", ".join(
+        f"{NAMES[k]} {least[k]:.3f}" for k in ("ddcl",) + PEERS)
     grid = len(getattr(result, "tuning", {}).get("ddcl", {})) or 1
-    tuned = (f"each readout at the learning rate and temperature its validation accuracy "
-             f"chose from a grid of {grid}" if grid > 1 else
+    tuned = (f"each readout at the most collapsed of the configurations (learning rate, "
+             f"temperature) within one standard error of its best validation accuracy on a "
+             f"grid of {grid}, and beside at the least collapsed" if grid > 1 else
              "one learning rate and each readout's default temperature (no tuning)")
     evidence = (
-        f"{task}, {len(s.seeds)} paired seeds, {s.epochs} epochs, {tuned}. Seed means: "
-        f"{readings}. Tests: "
-        + "; ".join(_test_line(stat, peer, r) for (stat, peer), r in zip(TESTS, results))
+        f"{task}, {len(s.seeds)} paired seeds, {s.epochs} epochs, {tuned}. Seed means at the "
+        f"most collapsed: {readings}. Tests: "
+        + "; ".join(_test_line(stat, peer, sel, r)
+                    for (stat, peer, sel), r in zip(TESTS, results))
         + f". The deciding gaps at {', '.join(trend)}: "
         + ", ".join(f"{v[0]:+.3f}" for v in trend.values())
-        + f" ({_SHORT[TESTS[binding][0]]}, DDCL - {NAMES[TESTS[binding][1]]}). Slot Attention "
+        + f" ({_SHORT[TESTS[binding][0]]}, DDCL - {NAMES[TESTS[binding][1]]}, "
+        f"{TESTS[binding][2]}). Slot Attention "
         f"runs {result.slot_iterations} rounds at inference, {min(slot_flops):.2f} to "
         f"{max(slot_flops):.2f} times DDCL's FLOPs. Beside the rule: {n_collapsed} of "
         f"{n_sweep} DDCL runs of the mechanism sweep collapsed, {n_below} of them from a start "
@@ -239,19 +279,22 @@ def decide_d17(result: Any, *, chance: float, task: str) -> Verdict:
         + (f" Why {word}: {'; '.join(why)}." if why else ""))
     our_value = (f"maps rank / S DDCL {means[('ddcl', 'maps_rank')]:.2f}, Slot Attention "
                  f"{means[('slot', 'maps_rank')]:.2f}, Perceiver "
-                 f"{means[('perceiver', 'maps_rank')]:.2f}; usage / S "
+                 f"{means[('perceiver', 'maps_rank')]:.2f} (least collapsed "
+                 f"{least['ddcl']:.2f}, {least['slot']:.2f}, {least['perceiver']:.2f}); "
+                 f"usage / S "
                  f"{means[('ddcl', 'normalised_usage')]:.2f}, "
                  f"{means[('slot', 'normalised_usage')]:.2f}, "
                  f"{means[('perceiver', 'normalised_usage')]:.2f}")
-    samples = d17_samples(result)
     seeds_values = {}
-    for (stat, peer), test, sample in zip(TESTS, rule.all_tests, samples):
-        diffs = (per_seed(result, "ddcl", stat) - per_seed(result, peer, stat))
+    for (stat, peer, sel), test in zip(TESTS, rule.all_tests):
+        diffs = (per_seed(result, "ddcl", stat, selection=sel)
+                 - per_seed(result, peer, stat, selection=sel))
         seeds_values[test.statistic] = [float(v) for v in diffs]
         if stat == "maps_rank":
             seeds_values[test.statistic + ", per sequence"] = [
-                [float(v) for v in item] for item in d17_items(result, peer)]
+                [float(v) for v in item] for item in d17_items(result, peer, selection=sel)]
     numbers = {"means": {f"{k} {stat}": v for (k, stat), v in means.items()},
+               "least collapsed maps_rank": least,
                "slot_flops": slot_flops, "sweep_ddcl_collapsed": n_collapsed,
                "sweep_ddcl_runs": n_sweep, "sweep_collapsed_from_below": n_below}
     r = results[binding]
