@@ -243,7 +243,10 @@ def _peer_count(s: Any, per_epoch: Callable[[int, int], int]) -> int:
     n = _peer_task(s, s.decide_task)[0]
     fit_rows = n - max(1, int(round(s.tune_fraction * n)))
     tuning = len(s.configurations()) * s.epochs * per_epoch(fit_rows, s.batch_size)
-    main = per_epoch(n, s.batch_size) * sum(e * len(s.seeds_at(e)) for e in s.scales())
+    # the least collapsed configuration's runs: none where the grid holds one configuration
+    least = s.epochs * len(s.seeds) if len(s.configurations()) > 1 else 0
+    main = per_epoch(n, s.batch_size) * (sum(e * len(s.seeds_at(e)) for e in s.scales())
+                                         + least)
     m = _peer_task(s, s.sweep_task)[0]
     sweep = sum(dict(v.overrides).get("epochs", s.sweep_epochs)
                 * per_epoch(m, dict(v.overrides).get("batch_size", s.sweep_batch_size))
@@ -255,7 +258,9 @@ def peer_readouts(s: Any) -> int:
     """The three readouts x ``epochs`` epochs of ceil(fit rows / ``batch_size``) steps for each
     tuning configuration (fit rows: the training set less round(``tune_fraction`` n)), x
     ceil(n / ``batch_size``) steps per epoch for every schedule of ``scales()`` times its
-    seeds; plus the sweep variants x ``sweep_seeds`` x ``sweep_epochs`` epochs of ceil(debris
+    seeds and once more for the least collapsed configuration at the deciding schedule (none
+    when the grid holds one configuration; a planned maximum, since it can be the most
+    collapsed one); plus the sweep variants x ``sweep_seeds`` x ``sweep_epochs`` epochs of ceil(debris
     sets / ``sweep_batch_size``) steps. Runs stop early only on a non-finite loss (planned
     maximum); the timings and FLOP counts train nothing."""
     return _peer_count(s, _ceil_div)
