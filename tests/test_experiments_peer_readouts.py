@@ -505,6 +505,16 @@ def test_run_study_on_a_tiny_debris_task_gives_every_part_of_the_result(monkeypa
     assert all(result.chosen(k, sel) in result.equivalent(k) for k in pr.READOUTS
                for sel in pr.SELECTIONS)
     assert result.held_out == pr.held_out_count(30, s.tune_fraction)
+    # the tuning as the decision records it: each pick equivalent, at or above the line
+    from ddcl_theory.ledger.decisions.peer_readouts import configurations
+    tuned = configurations(result)
+    for k in pr.READOUTS:
+        entry = tuned[k]
+        assert entry["equivalent"] == len(result.equivalent(k))
+        most, least = entry["most collapsed"], entry["least collapsed"]
+        assert most["validation_acc"] >= entry["line"] and least["validation_acc"] >= entry["line"]
+        assert entry["grid_lowest"] <= most["maps_rank"] <= least["maps_rank"]
+        assert tuple(most["configuration"]) == result.chosen(k)
     # the least collapsed runs: every seed at the deciding schedule; where a readout's two
     # configurations coincide, the very runs of the deciding ones
     assert all(len(result.least[k]) == 2 and result.least[k][0].final.epoch == 2

@@ -156,6 +156,25 @@ def test_a_peer_that_a_configuration_keeps_from_collapse_is_shown_beside():
     assert v.numbers["least collapsed maps_rank"]["slot"] == pytest.approx(0.44, abs=0.01)
     # the least collapsed runs carry their per-seed values too
     assert len(v.per_seed[rule_of("D17").beside[2].statistic]) == D17_SEEDS
+    # which kind of "not reproduced", and how the row beside qualifies the word
+    assert "least collapsed +0.0" in v.evidence
+    assert "(not reproduced: a lead smaller than the SESOI)" in v.evidence
+    assert "Slot Attention is within the SESOI of DDCL" in v.evidence
+    assert "not for every one." in v.evidence
+
+
+def test_a_peer_ahead_at_its_least_collapsed_configuration_is_named_beside_the_word():
+    v = _decide(_fake(least={"perceiver": (0.52, 0.3)}, spread=0.005))
+    assert v.word == "reproduced" and v.tests[5].interval[1] < 0
+    assert "least collapsed -0.07" in v.evidence
+    assert "(not reproduced: Perceiver ahead)" in v.evidence
+    assert "Read with the rows beside: at its least collapsed equivalent configuration " \
+        "Perceiver is ahead of DDCL (-0.07" in v.evidence
+    # without such a row the word stands alone
+    assert "Read with the rows beside" not in _decide(_fake()).evidence
+    # a word that is not reproduced needs no such reading
+    assert "Read with the rows beside" not in _decide(
+        _fake(ddcl=(0.16, 0.7), least={"perceiver": (0.52, 0.3)}, spread=0.005)).evidence
 
 
 def test_a_peer_collapsed_only_at_its_worst_configuration_still_decides_the_word():

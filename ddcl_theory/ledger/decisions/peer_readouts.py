@@ -41,8 +41,8 @@ from ddcl_theory.ledger.report import interval_text
 from ddcl_theory.ledger.tolerance import Tolerance
 from ddcl_theory.ledger.verdict import Verdict
 
-__all__ = ["D17_TOLERANCE", "PEERS", "SELECTIONS", "STATISTICS", "TESTS", "d17_gates",
-           "d17_items",
+__all__ = ["D17_TOLERANCE", "PEERS", "SELECTIONS", "STATISTICS", "TESTS", "configurations",
+           "d17_gates", "d17_items",
            "d17_samples", "d17_trend", "decide_d17", "per_seed"]
 
 #: The peers, in the order of the rule's tests.
@@ -181,9 +181,12 @@ def d17_gates(result: Any, chance: float) -> list[Gate]:
     start, end, top = (float(np.max(ratios[:, 0])), float(np.max(ratios[:, -1])),
                        float(np.max(ratios)))
     below = bool(np.all(np.isfinite(ratios)) and top < 1)
+    least = max(r.critical_ratio for h in _runs(result, "ddcl", None, SELECTIONS[1])
+                for r in h.records)
     gates = [Gate("tau below T_c", below,
                   f"tau / T_c of L_q over the {ratios.shape[0]} deciding DDCL runs: at most "
-                  f"{start:.3g} at the start, {end:.3g} at the end, {top:.3g} at any epoch"
+                  f"{start:.3g} at the start, {end:.3g} at the end, {top:.3g} at any epoch; "
+                  f"over the least collapsed DDCL runs at most {least:.3g}"
                   + ("" if below else "; a DDCL run with tau at or above T_c does not test "
                      "the guarantee (start it further below T_c)"))]
     back = max(1, round(SETTLED_SHARE * s.epochs))
@@ -223,8 +226,58 @@ def _sweep_collapses(result: Any) -> tuple[int, int, int]:
     return len(runs), len(collapsed), started_below
 
 
+def _kind(peer: str, r: TestResult) -> str:
+    """The word of a decided test, and for "not reproduced" which kind (evidence rule 1): the
+    peer ahead (the interval wholly on the peer's side of 0) or a lead smaller than the SESOI."""
+    if r.word != "not reproduced":
+        return r.word
+    low, high = r.interval
+    behind = high < r.margin if r.side == ">" else low > r.margin
+    return f"not reproduced: {NAMES[peer]} ahead" if behind else \
+        "not reproduced: a lead smaller than the SESOI"
+
+
 def _test_line(stat: str, peer: str, sel: str, r: TestResult) -> str:
-    return f"{_SHORT[stat]}, DDCL - {NAMES[peer]}, {sel} {interval_text(r)} ({r.word})"
+    return f"{_SHORT[stat]}, DDCL - {NAMES[peer]}, {sel} {interval_text(r)} ({_kind(peer, r)})"
+
+
+def configurations(result: Any) -> dict[str, dict]:
+    """readout -> the tuning as the decision read it: ``equivalent`` (how many configurations),
+    and for each selection the configuration ``[lr, temperature factor]``, its validation
+    accuracy and the one-standard-error line (``line``), and its tuning run's maps rank / S;
+    ``grid_lowest``: the lowest maps rank / S of a tuning run over the whole grid. Empty when
+    ``result`` holds no tuning (``tuning`` attribute absent)."""
+    tuning = getattr(result, "tuning", None)
+    if not tuning:
+        return {}
+    out = {}
+    for kind, runs in tuning.items():
+        scores = {c: (float(h.final.test_acc), float(h.final.test_loss)) for c, h in runs.items()}
+        best = max(a for a, _ in scores.values())
+        line = best - (best * (1 - best) / result.held_out) ** 0.5
+        entry = {"equivalent": len(result.equivalent(kind)), "line": line,
+                 "grid_lowest": min(float(h.final.maps_rank) for h in runs.values())}
+        for sel in SELECTIONS:
+            c = result.chosen(kind, sel)
+            entry[sel] = {"configuration": [c[0], c[1]], "validation_acc": scores[c][0],
+                          "maps_rank": float(runs[c].final.maps_rank)}
+        out[kind] = entry
+    return out
+
+
+def _reading(results: list[TestResult]) -> str:
+    """How the rows beside qualify a reproduced word: the peers ahead of DDCL, or within the
+    SESOI of it, at their least collapsed equivalent configurations."""
+    out = []
+    for (stat, peer, sel), r in zip(TESTS, results):
+        if stat == "maps_rank" and sel == SELECTIONS[1] and r.word == "not reproduced":
+            where = "ahead of DDCL" if "ahead" in _kind(peer, r) else "within the SESOI of DDCL"
+            out.append(f"{NAMES[peer]} is {where} ({interval_text(r)})")
+    if not out:
+        return ""
+    return (" Read with the rows beside: at its least collapsed equivalent configuration "
+            + "; ".join(out) + ", so the word holds for the most collapsed configuration a "
+            "user tuning by validation accuracy can get, not for every one.")
 
 
 def decide_d17(result: Any, *, chance: float, task: str) -> Verdict:
@@ -259,6 +312,7 @@ def decide_d17(result: Any, *, chance: float, task: str) -> Verdict:
         for stat in STATISTICS) + "; maps rank / S at the least collapsed: " + ", ".join(
         f"{NAMES[k]} {least[k]:.3f}" for k in ("ddcl",) + PEERS)
     grid = len(getattr(result, "tuning", {}).get("ddcl", {})) or 1
+    tuned_at = configurations(result)
     tuned = (f"each readout at the most collapsed of the configurations (learning rate, "
              f"temperature) within one standard error of its best validation accuracy on a "
              f"grid of {grid}, and beside at the least collapsed" if grid > 1 else
@@ -268,6 +322,14 @@ def decide_d17(result: Any, *, chance: float, task: str) -> Verdict:
         f"most collapsed: {readings}. Tests: "
         + "; ".join(_test_line(stat, peer, sel, r)
                     for (stat, peer, sel), r in zip(TESTS, results))
+        + ". From the most to the least collapsed configuration, maps rank / S moves: "
+        + ", ".join(f"{NAMES[k]} {means[(k, 'maps_rank')]:.3f} to {least[k]:.3f}"
+                    for k in ("ddcl",) + PEERS)
+        + (f". Over its whole grid DDCL's lowest tuning run reads "
+           f"{tuned_at['ddcl']['grid_lowest']:.3f}, the peers' most collapsed equivalent "
+           f"tuning runs "
+           + ", ".join(f"{NAMES[k]} {tuned_at[k][SELECTIONS[0]]['maps_rank']:.3f}" for k in PEERS)
+           if tuned_at else "")
         + f". The deciding gaps at {', '.join(trend)}: "
         + ", ".join(f"{v[0]:+.3f}" for v in trend.values())
         + f" ({_SHORT[TESTS[binding][0]]}, DDCL - {NAMES[TESTS[binding][1]]}, "
@@ -276,7 +338,8 @@ def decide_d17(result: Any, *, chance: float, task: str) -> Verdict:
         f"{max(slot_flops):.2f} times DDCL's FLOPs. Beside the rule: {n_collapsed} of "
         f"{n_sweep} DDCL runs of the mechanism sweep collapsed, {n_below} of them from a start "
         f"below T_c. The sources give no number."
-        + (f" Why {word}: {'; '.join(why)}." if why else ""))
+        + (f" Why {word}: {'; '.join(why)}." if why else "")
+        + (_reading(results) if word == "reproduced" else ""))
     our_value = (f"maps rank / S DDCL {means[('ddcl', 'maps_rank')]:.2f}, Slot Attention "
                  f"{means[('slot', 'maps_rank')]:.2f}, Perceiver "
                  f"{means[('perceiver', 'maps_rank')]:.2f} (least collapsed "
@@ -294,7 +357,11 @@ def decide_d17(result: Any, *, chance: float, task: str) -> Verdict:
             seeds_values[test.statistic + ", per sequence"] = [
                 [float(v) for v in item] for item in d17_items(result, peer, selection=sel)]
     numbers = {"means": {f"{k} {stat}": v for (k, stat), v in means.items()},
-               "least collapsed maps_rank": least,
+               "least collapsed maps_rank": least, "configurations": tuned_at,
+               "tuning": [[kind, lr, factor, float(h.final.test_acc), float(h.final.test_loss),
+                           float(h.final.maps_rank)]
+                          for kind, runs in (getattr(result, "tuning", None) or {}).items()
+                          for (lr, factor), h in runs.items()],
                "slot_flops": slot_flops, "sweep_ddcl_collapsed": n_collapsed,
                "sweep_ddcl_runs": n_sweep, "sweep_collapsed_from_below": n_below}
     r = results[binding]
