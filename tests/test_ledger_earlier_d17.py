@@ -47,3 +47,29 @@ def test_the_exploratory_tuning_grids_rebuild_the_spread_the_amendment_quotes():
     assert counts == [6, 7] and (round(min(ranks), 2), round(max(ranks), 2)) == (0.09, 0.46)
     assert "six and seven of Slot Attention's 25 configurations" in rule_of("D17").note
     assert "from 0.09 to 0.46 among them" in rule_of("D17").note
+
+
+def test_the_record_s_tuning_table_rebuilds_its_picks_and_the_figures_its_evidence_quotes():
+    """The confirmatory run's tuning, read from its run directory and committed beside the
+    record: the picks follow from it, and it gives the whole-grid figures the evidence quotes."""
+    import json
+
+    from ddcl_theory.experiments import peer_readouts as pr
+    from ddcl_theory.ledger.reference import read_reference, reference_dir
+
+    table = json.loads((reference_dir() / "tuning" / "D17.json").read_text())
+    picked = {}
+    for kind, entry in table["readouts"].items():
+        grid = {(r["lr"], r["factor"]): r for r in entry["grid"]}
+        scores = {c: (r["validation_acc"], r["validation_loss"]) for c, r in grid.items()}
+        ranks = {c: r["maps_rank"] for c, r in grid.items()}
+        assert len(grid) == 25
+        assert {c for c, r in grid.items() if r["equivalent"]} == set(
+            pr.equivalent(scores, table["held_out"]))
+        for sel in pr.SELECTIONS:
+            assert list(pr.choose(scores, ranks, table["held_out"], sel)) == entry["picks"][sel]
+        picked[kind] = (min(ranks.values()), ranks[tuple(entry["picks"]["most collapsed"])])
+    [d17] = read_reference()["peer_readouts"]["verdicts"]
+    assert (f"Over its whole grid DDCL's lowest tuning run reads {picked['ddcl'][0]:.3f}, the "
+            f"peers' most collapsed equivalent tuning runs Slot Attention "
+            f"{picked['slot'][1]:.3f}, Perceiver {picked['perceiver'][1]:.3f}") in d17["evidence"]
