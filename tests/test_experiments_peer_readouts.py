@@ -359,6 +359,7 @@ def test_equivalent_configurations_lie_within_one_binomial_standard_error_of_the
     scores = {(1e-3, 1.0): (a, 1.5), (3e-3, 0.3): (a - se + 1e-9, 1.4),
               (1e-2, 1.0): (a - se - 1e-6, 1.0), (3e-2, 0.1): (0.1, 0.5)}
     assert pr.equivalent(scores, 160) == ((1e-3, 1.0), (3e-3, 0.3))
+    assert pr.equivalence_line(scores, 160) == pytest.approx(a - se, abs=1e-12)
     # more held-out sequences, a narrower band
     assert pr.equivalent(scores, 100_000) == ((1e-3, 1.0),)
     # a perfect best accuracy has no spread: only its equals
@@ -370,6 +371,8 @@ def test_equivalent_configurations_lie_within_one_binomial_standard_error_of_the
         pr.equivalent({(1e-3, 1.0): 0.7}, 10)
     with pytest.raises(ValueError, match="held_out"):
         pr.equivalent({(1e-3, 1.0): (0.7, 1.0)}, 0)
+    with pytest.raises(ValueError, match="held_out"):
+        pr.equivalence_line({(1e-3, 1.0): (0.7, 1.0)}, -1)
 
 
 @given(st.lists(st.tuples(st.floats(0, 1), st.floats(0.1, 3), st.floats(0.05, 1)),
@@ -511,6 +514,7 @@ def test_run_study_on_a_tiny_debris_task_gives_every_part_of_the_result(monkeypa
     for k in pr.READOUTS:
         entry = tuned[k]
         assert entry["equivalent"] == len(result.equivalent(k))
+        assert entry["line"] == result.equivalence_line(k)
         most, least = entry["most collapsed"], entry["least collapsed"]
         assert most["validation_acc"] >= entry["line"] and least["validation_acc"] >= entry["line"]
         assert entry["grid_lowest"] <= most["maps_rank"] <= least["maps_rank"]
@@ -521,8 +525,7 @@ def test_run_study_on_a_tiny_debris_task_gives_every_part_of_the_result(monkeypa
                for k in pr.READOUTS)
     for k in pr.READOUTS:
         same = result.chosen(k, "most collapsed") == result.chosen(k, "least collapsed")
-        assert (result.deciding(k, "least collapsed")[0].final.maps_rank
-                == result.deciding(k)[0].final.maps_rank) or not same
+        assert (result.deciding(k, "least collapsed") is result.deciding(k)) == same
     rows = pr.tuning_rows(result)
     assert len(rows) == 3 * 4 and {r.factor for r in rows} == {0.3, 1.0}
     assert all(math.isnan(r.ratio_start) == (r.kind != "ddcl") for r in rows)

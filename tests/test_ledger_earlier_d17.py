@@ -2,6 +2,8 @@
 per-seed values rebuild the figures the registered rule's note quotes."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from ddcl_theory.ledger import reruns, stats
 from ddcl_theory.ledger.claims import rule_of
 from ddcl_theory.ledger.earlier_runs import earlier_runs
@@ -47,6 +49,12 @@ def test_the_exploratory_tuning_grids_rebuild_the_spread_the_amendment_quotes():
     assert counts == [6, 7] and (round(min(ranks), 2), round(max(ranks), 2)) == (0.09, 0.46)
     assert "six and seven of Slot Attention's 25 configurations" in rule_of("D17").note
     assert "from 0.09 to 0.46 among them" in rule_of("D17").note
+    # the chapter's history paragraph quotes the same grids: a fifth held out, six or seven
+    chapter = (Path(__file__).parents[1] / "notebooks" / "peer_readouts.md").read_text()
+    words = {6: "six", 7: "seven"}
+    assert grids["held_out"] * 5 == 800
+    assert " ".join(f"""fifth of 800 messages cannot tell apart {words[counts[0]]} or
+{words[counts[1]]} of Slot Attention's configurations""".split()) in " ".join(chapter.split())
 
 
 def test_the_record_s_tuning_table_rebuilds_its_picks_and_the_figures_its_evidence_quotes():

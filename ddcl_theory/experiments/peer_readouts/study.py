@@ -152,6 +152,11 @@ class StudyResult:
         """``kind``'s equivalent configurations (:func:`equivalent`), in grid order."""
         return equivalent(self.validation_scores(kind), self.held_out)
 
+    def equivalence_line(self, kind: str) -> float:
+        """The lowest validation accuracy among ``kind``'s equivalent configurations may have
+        (:func:`equivalence_line`)."""
+        return equivalence_line(self.validation_scores(kind), self.held_out)
+
     def chosen(self, kind: str, selection: str = SELECTIONS[0]) -> Config:
         """The configuration of ``kind``'s runs of ``selection`` (one of :data:`SELECTIONS`;
         :func:`choose`)."""
@@ -204,9 +209,19 @@ def equivalent(scores: dict[Config, tuple[float, float]], held_out: int) -> tupl
         raise ValueError("scores: expected (accuracy, cross-entropy) pairs")
     if held_out < 1:
         raise ValueError(f"held_out: expected at least one sequence, got {held_out!r}")
-    best = max(acc for acc, _ in scores.values())
-    floor = best - (best * (1 - best) / held_out) ** 0.5
+    floor = equivalence_line(scores, held_out)
     return tuple(c for c, (acc, _) in scores.items() if acc >= floor)
+
+
+def equivalence_line(scores: dict[Config, tuple[float, float]], held_out: int) -> float:
+    """The lowest validation accuracy :func:`equivalent` keeps: the best accuracy a of
+    ``scores`` less one binomial standard error, sqrt(a (1 - a) / n), on n = ``held_out``."""
+    if not scores:
+        raise ValueError("scores: expected at least one configuration")
+    if held_out < 1:
+        raise ValueError(f"held_out: expected at least one sequence, got {held_out!r}")
+    best = max(acc for acc, _ in scores.values())
+    return best - (best * (1 - best) / held_out) ** 0.5
 
 
 def choose(scores: dict[Config, tuple[float, float]], ranks: dict[Config, float],
@@ -306,7 +321,10 @@ def run(settings: StudySettings | None = None, *, encoder=None,
     for epochs in progress(s.scales(), desc="schedules"):
         main[epochs] = {kind: runs(kind, chosen[kind, SELECTIONS[0]], epochs,
                                    s.seeds_at(epochs)) for kind in READOUTS}
-    least = {kind: runs(kind, chosen[kind, SELECTIONS[1]], s.epochs, s.seeds)
+    # Where both picks are one configuration, the least collapsed runs are the deciding ones.
+    least = {kind: main[s.epochs][kind]
+             if chosen[kind, SELECTIONS[1]] == chosen[kind, SELECTIONS[0]]
+             else runs(kind, chosen[kind, SELECTIONS[1]], s.epochs, s.seeds)
              for kind in progress(READOUTS, desc="least collapsed")}
     d = data[s.sweep_task]
     sweep = []

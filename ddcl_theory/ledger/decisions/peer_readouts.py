@@ -252,10 +252,9 @@ def configurations(result: Any) -> dict[str, dict]:
         return {}
     out = {}
     for kind, runs in tuning.items():
-        scores = {c: (float(h.final.test_acc), float(h.final.test_loss)) for c, h in runs.items()}
-        best = max(a for a, _ in scores.values())
-        line = best - (best * (1 - best) / result.held_out) ** 0.5
-        entry = {"equivalent": len(result.equivalent(kind)), "line": line,
+        scores = result.validation_scores(kind)
+        entry = {"equivalent": len(result.equivalent(kind)),
+                 "line": result.equivalence_line(kind),
                  "grid_lowest": min(float(h.final.maps_rank) for h in runs.values())}
         for sel in SELECTIONS:
             c = result.chosen(kind, sel)
@@ -357,12 +356,7 @@ def decide_d17(result: Any, *, chance: float, task: str) -> Verdict:
             seeds_values[test.statistic + ", per sequence"] = [
                 [float(v) for v in item] for item in d17_items(result, peer, selection=sel)]
     numbers = {"means": {f"{k} {stat}": v for (k, stat), v in means.items()},
-               "least collapsed maps_rank": least, "configurations": tuned_at,
-               "tuning": [[kind, lr, factor, float(h.final.test_acc), float(h.final.test_loss),
-                           float(h.final.maps_rank)]
-                          for kind, runs in (getattr(result, "tuning", None) or {}).items()
-                          for (lr, factor), h in runs.items()],
-               "slot_flops": slot_flops, "sweep_ddcl_collapsed": n_collapsed,
+               "least collapsed maps_rank": least, "slot_flops": slot_flops, "sweep_ddcl_collapsed": n_collapsed,
                "sweep_ddcl_runs": n_sweep, "sweep_collapsed_from_below": n_below}
     r = results[binding]
     return Verdict("D17", word, evidence, our_value=our_value,
