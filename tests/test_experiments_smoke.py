@@ -27,13 +27,16 @@ BUDGET_FIELDS = {"epochs", "steps", "seeds", "repeats", "warmup", "n_temperature
                  "patience", "scales", "documents", "grid_taus", "grid_lrs", "grid_ks",
                  "grid_heads", "grid_second_k", "probe_cs", "tune_lrs",
                  "tune_temperature_factors", "probe_steps", "heldout_tokens", "tune_n_val",
-                 "corpus_tokens", "downstream_items", "both_arms", "warmup_epochs"}
+                 "corpus_tokens", "downstream_items", "both_arms", "warmup_epochs",
+                 "pretrain_images", "probe_images", "probe_val_images", "settle_images",
+                 "cls_probe_steps"}
 #: Budgets that are schedules (the epochs or rounds at which a run is read): a smoke run's ends
 #: earlier and has no more positions (it need not be a subset of the paper's).
 SCHEDULE_FIELDS = {"checkpoints", "probe_at"}
 
 
-SIZE_NONE_MEANS_ALL = {"heldout_tokens", "downstream_items"}
+SIZE_NONE_MEANS_ALL = {"heldout_tokens", "downstream_items", "pretrain_images", "probe_images",
+                       "probe_val_images"}
 SIZE_ZERO_MEANS_ALL = {"sst2_train", "imdb_train", "imdb_test", "ng_train", "ng_test",
                        "documents"}
 

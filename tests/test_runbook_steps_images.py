@@ -34,6 +34,7 @@ SMOKE_MEASURED = {
     "learned_attention.run[causal=False]": 12,
     "laplacian_study.run_vit": 7,
     "dense_features.run": 163,
+    "dino_study.run": 104,
     "soft_vq.run": 16,
     "laplacian_readout.run": 4,
 }
@@ -50,6 +51,8 @@ PAPER = {
     "laplacian_study.run_vit": 4 * 400 * (20 + 49 + 96) + 2 * 500 * 2 + 2 * 400 * 20,
     "dense_features.run": (2 * 4 * (8000 + 3 * 500) + 10 * 9 * 500 + 4 * 2 * 8000
                            + 4 * 2 * (2000 + 4000 + 2 * 4 * 500) + 10 * 2 * (8000 + 4 * 500)),
+    "dino_study.run": ((8 * 25 + 8 * 50 + 52 * 100) * (9469 // 256) + 68 * (2 * 1000 + 1000)
+                       + 26 * 2 * (1000 + 1000)),
     "soft_vq.run": 18 * 71 + 10 * 4 * 50 * (2 + 12 + 71) + 50 * 71,
     "laplacian_readout.run": 2 * 43 * 100 * (8 + 24 + 71),
 }
@@ -95,7 +98,7 @@ def test_the_paper_settings_give_the_hand_worked_totals(name):
 @pytest.mark.parametrize("name", sorted(SMOKE_MEASURED))
 def test_steps_grow_with_the_budget(name):
     s = settings_of(name, smoke=False)
-    budget = next(f for f in ("epochs", "steps", "probe_steps") if hasattr(s, f)
+    budget = next(f for f in ("epochs", "steps", "probe_steps", "cls_probe_steps") if hasattr(s, f)
                   and isinstance(getattr(s, f), int))
     longer = s.replace(**{budget: getattr(s, budget) + 1})
     assert STEPS[name](longer) > STEPS[name](s)
@@ -164,6 +167,7 @@ SMOKE_EXAMPLES = {
     "learned_attention.run[causal=False]": {"_OneLayer": 12 * 16 * 128},
     "laplacian_study.run_vit": {"StackedModels[d=384]": 44, "StackedModels[d=768]": 16},
     "dense_features.run": {"Linear": 164960, "SegmentationViT": 8192, "SelfDistillation": 256},
+    "dino_study.run": {"Linear": 72640, "SelfDistillation": 32},
     "soft_vq.run": {"VQVAE": 2000},
     "laplacian_readout.run": {"ViTDDCL": 128},
 }
@@ -252,3 +256,25 @@ def test_dense_features_examples_per_model_class(monkeypatch):
             "SegmentationViT": 2 * 6 * 8 * 16,   # the trend seed's 2 ceilings, (8, 16) labels
             "SelfDistillation": (2 * 6 + 2 * 4 + 4 * 6) * 8}  # float views: 8 images a step
     assert per_class(got) == EXAMPLES["dense_features.run"](s) == want
+
+
+def test_dino_study_steps_and_examples_match_a_tiny_run():
+    from ddcl_theory.data.ade20k import SegmentationSet
+    from ddcl_theory.experiments import dino_study as ds
+    st = ds.DinoStudySettings(seeds=(0, 1), epochs=(1, 2), trend_seeds=1)
+    r = st.recipe                                # cpu: 32 images in batches of 8, 30-step probes
+    rng = np.random.default_rng(0)
+    pixels = lambda m: rng.integers(0, 256, (m, r.image_size, r.image_size, 3),  # noqa: E731
+                                    dtype=np.uint8)
+    seg = lambda m: SegmentationSet(pixels(m), rng.integers(  # noqa: E731
+        1, 6, (m, r.image_size, r.image_size)).astype(np.uint8), ("x",) * m, "training")
+    data = ds.ProbeData.split(pixels(r.pretrain_images), np.arange(32) % 10, pixels(4),
+                              np.arange(4), seg(r.probe_images), seg(4), st.settle_images)
+    got = counted(lambda x: ds.run(x, data=data, run_dir=RunDir("dino", x, enabled=False)), st)
+    # 6 runs (1 epoch: the trend seed; 2 epochs: both seeds; 2 arms), 4 floors
+    assert got["steps"] == STEPS["dino_study.run"](st) == (
+        (2 * 1 + 4 * 2) * 4 + 6 * (2 * 30 + 30) + 4 * (30 + 30))
+    dense, image = 30 * 6 * r.tokens, 30 * 32     # 6 ADE20K images to fit on, 32 Imagenette
+    assert per_class(got) == EXAMPLES["dino_study.run"](st) == {
+        "Linear": 6 * (2 * dense + image) + 4 * (dense + image),
+        "SelfDistillation": (2 * 1 + 4 * 2) * 4 * 8}

@@ -25,10 +25,12 @@ from ddcl_theory.data.array_cache import archive_source, cached_arrays
 from ddcl_theory.data.cache import cache_dir
 from ddcl_theory.runtime.progress import progress
 
-__all__ = ["NUM_CLASSES", "SegmentationSet", "square", "decode_pair", "ade20k_arrays"]
+__all__ = ["NUM_CLASSES", "SPLIT_SIZES", "SegmentationSet", "square", "decode_pair", "ade20k_arrays"]
 
 #: ADE20K's scene-parsing classes (ids 1..150; 0 is unlabelled).
 NUM_CLASSES = 150
+#: Image-annotation pairs of each split of ADEChallengeData2016.
+SPLIT_SIZES = {"training": 20_210, "validation": 2_000}
 #: The decoding's version, in every cache record: raise it when :func:`decode_pair`,
 #: :func:`square` or :func:`ddcl_theory.data.imagenette.decode_image` changes, so arrays decoded
 #: the old way are refused, not reused.

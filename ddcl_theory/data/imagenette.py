@@ -20,7 +20,10 @@ from ddcl_theory.data.array_cache import archive_source, cached_arrays
 from ddcl_theory.data.cache import cache_dir
 from ddcl_theory.runtime.progress import progress
 
-__all__ = ["decode_image", "imagenette_arrays"]
+__all__ = ["SPLIT_SIZES", "decode_image", "imagenette_arrays"]
+
+#: Images of each split of imagenette2-160.
+SPLIT_SIZES = {"train": 9_469, "val": 3_925}
 
 
 def decode_image(jpeg: bytes, size: int) -> np.ndarray:

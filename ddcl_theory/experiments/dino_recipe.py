@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,15 +68,15 @@ class DinoRecipe(Settings):
     head_hidden: int = setting(128, paper=2048, ge=1)     # DINO's projection head: 2048, 256
     head_bottleneck: int = setting(64, paper=256, ge=1)
     epochs: int = setting(1, paper=100, smoke=1, ge=1)
-    batch_size: int = setting(8, paper=256, ge=1)
+    batch_size: int = setting(8, paper=256, smoke=8, ge=1)
     lr: float = setting(5e-4, gt=0)              # per 256 images, scaled by batch_size / 256
     warmup: float = setting(0.1, ge=0, lt=1)     # share of the steps
     weight_decay: float = setting(0.04, ge=0)
     momentum: float = setting(0.996, ge=0, le=1)  # the teacher's first; it rises to 1
     patch_weight: float = setting(1.0, ge=0)
-    pretrain_images: int | None = setting(32, paper=None, smoke=512, ge=1)
-    probe_images: int | None = setting(8, paper=None, smoke=64, ge=1)
-    probe_val_images: int | None = setting(4, paper=None, smoke=32, ge=1)
+    pretrain_images: int | None = setting(32, paper=None, smoke=16, ge=1)
+    probe_images: int | None = setting(8, paper=None, smoke=16, ge=1)
+    probe_val_images: int | None = setting(4, paper=None, smoke=8, ge=1)
     probe_steps: int = setting(30, paper=1000, smoke=10, ge=1)
     probe_lr: float = setting(1e-2, gt=0)
 
@@ -145,9 +145,13 @@ def build_pair(recipe: DinoRecipe, setting: str, seed: int) -> SelfDistillation:
 
 
 def pretrain(recipe: DinoRecipe, images: np.ndarray, setting: str, seed: int,
-             device: str | torch.device = "cpu") -> tuple[SelfDistillation, list[float]]:
+             device: str | torch.device = "cpu", *,
+             end_of_round: Callable[[int, SelfDistillation], dict | None] | None = None
+             ) -> tuple[SelfDistillation, list[float]]:
     """Self-distil one ViT on ``images`` (N, S, S, 3) uint8 for ``recipe.epochs`` epochs (each a
-    seeded permutation in batches); returns the pair and each epoch's mean loss."""
+    seeded permutation in batches); returns the pair and each epoch's mean loss.
+    ``end_of_round(epoch, pair)`` runs after each epoch (e.g. a probe part-way through); it
+    must draw no random number from the global generators."""
     r = recipe
     if images.ndim != 4 or images.shape[1:] != (r.image_size, r.image_size, 3):
         raise ValueError(f"images: expected (N, {r.image_size}, {r.image_size}, 3), got "
@@ -182,6 +186,7 @@ def pretrain(recipe: DinoRecipe, images: np.ndarray, setting: str, seed: int,
     log = fit(pair, opt, rounds=r.epochs, batches=batches, loss=lambda fwd, b: fwd(*b),
               device=device, schedulers=[sched], generators={"views": gen},
               after_step=after_step, clip_grad_norm=3.0,
+              end_of_round=None if end_of_round is None else lambda e: end_of_round(e, pair),
               desc=f"DINO+iBOT {setting} seed {seed}", compile=False)
     return pair, [float(np.mean(epoch)) for epoch in log.losses]
 

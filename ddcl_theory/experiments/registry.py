@@ -84,6 +84,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     _e("laplacian_study", "ViTStudySettings", "run_vit"),
     _e("laplacian_lm", "LMSettings"),
     _e("dense_features", "DenseSettings"),
+    _e("dino_study", "DinoStudySettings"),
     _e("soft_vq", "SoftVQSettings"),
     _e("orbital_debris", "DebrisSettings"),
     _e("laplacian_readout", "ReadoutSettings"),
