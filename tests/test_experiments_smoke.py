@@ -29,7 +29,7 @@ BUDGET_FIELDS = {"epochs", "steps", "seeds", "repeats", "warmup", "n_temperature
                  "tune_temperature_factors", "probe_steps", "heldout_tokens", "tune_n_val",
                  "corpus_tokens", "downstream_items", "both_arms", "warmup_epochs",
                  "pretrain_images", "probe_images", "probe_val_images", "settle_images",
-                 "cls_probe_steps"}
+                 "cls_probe_steps", "image_holdout"}
 #: Budgets that are schedules (the epochs or rounds at which a run is read): a smoke run's ends
 #: earlier and has no more positions (it need not be a subset of the paper's).
 SCHEDULE_FIELDS = {"checkpoints", "probe_at"}

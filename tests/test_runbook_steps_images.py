@@ -34,7 +34,7 @@ SMOKE_MEASURED = {
     "learned_attention.run[causal=False]": 12,
     "laplacian_study.run_vit": 7,
     "dense_features.run": 163,
-    "dino_study.run": 104,
+    "dino_study.run": 168,
     "soft_vq.run": 16,
     "laplacian_readout.run": 4,
 }
@@ -51,8 +51,8 @@ PAPER = {
     "laplacian_study.run_vit": 4 * 400 * (20 + 49 + 96) + 2 * 500 * 2 + 2 * 400 * 20,
     "dense_features.run": (2 * 4 * (8000 + 3 * 500) + 10 * 9 * 500 + 4 * 2 * 8000
                            + 4 * 2 * (2000 + 4000 + 2 * 4 * 500) + 10 * 2 * (8000 + 4 * 500)),
-    "dino_study.run": ((8 * 25 + 8 * 50 + 52 * 100) * (9469 // 256) + 68 * (2 * 1000 + 1000)
-                       + 26 * 2 * (1000 + 1000)),
+    "dino_study.run": ((6 * 100 + 8 * 25 + 8 * 50 + 52 * 100) * (9469 // 256)
+                       + (6 + 68) * (2 * 1000 + 1000) + 26 * 2 * (1000 + 1000)),
     "soft_vq.run": 18 * 71 + 10 * 4 * 50 * (2 + 12 + 71) + 50 * 71,
     "laplacian_readout.run": 2 * 43 * 100 * (8 + 24 + 71),
 }
@@ -167,7 +167,7 @@ SMOKE_EXAMPLES = {
     "learned_attention.run[causal=False]": {"_OneLayer": 12 * 16 * 128},
     "laplacian_study.run_vit": {"StackedModels[d=384]": 44, "StackedModels[d=768]": 16},
     "dense_features.run": {"Linear": 164960, "SegmentationViT": 8192, "SelfDistillation": 256},
-    "dino_study.run": {"Linear": 72640, "SelfDistillation": 32},
+    "dino_study.run": {"Linear": 120720, "SelfDistillation": 64},
     "soft_vq.run": {"VQVAE": 2000},
     "laplacian_readout.run": {"ViTDDCL": 128},
 }
@@ -269,12 +269,14 @@ def test_dino_study_steps_and_examples_match_a_tiny_run():
     seg = lambda m: SegmentationSet(pixels(m), rng.integers(  # noqa: E731
         1, 6, (m, r.image_size, r.image_size)).astype(np.uint8), ("x",) * m, "training")
     data = ds.ProbeData.split(pixels(r.pretrain_images), np.arange(32) % 10, pixels(4),
-                              np.arange(4), seg(r.probe_images), seg(4), st.settle_images)
+                              np.arange(4), seg(r.probe_images), seg(4), st)
     got = counted(lambda x: ds.run(x, data=data, run_dir=RunDir("dino", x, enabled=False)), st)
-    # 6 runs (1 epoch: the trend seed; 2 epochs: both seeds; 2 arms), 4 floors
+    # 2 tuning runs (1 rate, 2 arms, 2 epochs), 6 deciding runs (1 epoch: the trend seed;
+    # 2 epochs: both seeds; 2 arms), 4 floors
     assert got["steps"] == STEPS["dino_study.run"](st) == (
-        (2 * 1 + 4 * 2) * 4 + 6 * (2 * 30 + 30) + 4 * (30 + 30))
-    dense, image = 30 * 6 * r.tokens, 30 * 32     # 6 ADE20K images to fit on, 32 Imagenette
+        (2 * 2 + 2 * 1 + 4 * 2) * 4 + 8 * (2 * 30 + 30) + 4 * (30 + 30))
+    # 6 ADE20K images to fit on; 28 Imagenette images (4 held out)
+    dense, image = 30 * 6 * r.tokens, 30 * 28
     assert per_class(got) == EXAMPLES["dino_study.run"](st) == {
-        "Linear": 6 * (2 * dense + image) + 4 * (dense + image),
-        "SelfDistillation": (2 * 1 + 4 * 2) * 4 * 8}
+        "Linear": 8 * (2 * dense + image) + 4 * (dense + image),
+        "SelfDistillation": (2 * 2 + 2 * 1 + 4 * 2) * 4 * 8}

@@ -1,29 +1,30 @@
-"""L10 at the papers' scale, paired over seeds: DINO+iBOT ViTs with and without Laplacian heads
-(:mod:`ddcl_theory.experiments.dino_recipe`), each read by the probes of L10's rule at the
-papers' data.
+"""L10 on the papers' model and probe data, paired over seeds: DINO+iBOT ViTs with and without
+Laplacian heads (:mod:`ddcl_theory.experiments.dino_recipe`), read by the probes of L10's
+paper-scale rule (:data:`ddcl_theory.ledger.rules.PAPER_RULES`).
 
 For each seed both head settings start from the same initial weights and see the same epochs,
-batches, views and masks (the recipe draws them from the seed alone). The teacher is read by:
+batches, views and masks (the recipe draws them from the seed alone). Each head setting
+pre-trains at its own rate, tuned first on a grid (``tune_lrs``) on tuning seeds that decide
+nothing, scored on images held out of the training splits only. The teacher is then read by:
 
-* the rule's test 1, an image-level linear probe on the [CLS] token: Imagenette's 10 classes,
-  fitted on its training images (the pre-training images), scored on its validation images;
-* the rule's test 2, the dense probe: ADE20K's 150-class linear segmentation probe
-  (:mod:`~ddcl_theory.experiments.ade20k_probe`), fitted on the training split less
-  ``settle_images``, scored by mIoU on the validation split (the benchmark's);
-* beside, the same probe's pixel accuracy.
+* test 1's image-level linear probe on the [CLS] token: Imagenette's 10 classes, fitted on its
+  training images less ``image_holdout``, scored image by image on its validation split;
+* test 2's dense linear probe: ADE20K's 150 classes (:mod:`~ddcl_theory.experiments.ade20k_probe`),
+  fitted on its training split less ``settle_images``, scored on its validation split (the
+  benchmark's), with each image's intersections, predictions and labels per class kept, so that
+  an interval can resample the images as well as the seeds;
+* the gates: the teacher's [CLS] entropies on the held-out Imagenette training images and the
+  effective rank of its raw patch features on the held-out ADE20K images (collapse); the dense
+  probe's mIoU on those ADE20K images at :data:`SETTLE_AT` of the schedule and at its end
+  (settling); the same ViT untrained (the floor each arm must clear). Labelling every pixel with
+  ADE20K's most frequent training class is the floor under all of them.
 
-And by what the rule's gates read: the teacher's [CLS] entropies on Imagenette validation
-images and the effective rank of its patch features (collapse); the probe's mIoU on the
-``settle_images`` held out of ADE20K's training split at :data:`SETTLE_AT` of the schedule and at
-its end (settling); the same ViT untrained (the floor each arm must clear). The labelling of
-every pixel with ADE20K's most frequent training class is the floor under all of them.
-
+Every split is fixed by a seeded draw (:data:`SPLIT_SEED`), the same for every seed and arm.
 Each length in ``epochs`` is a separate run with its own warm-up and cosine decay; the shorter
-ones on the first ``trend_seeds`` seeds. Both arms pre-train at the recipe's rate (DINO's
-published 5e-4 per 256 images): neither is tuned.
+ones on the first ``trend_seeds`` seeds.
 
     >>> st = DinoStudySettings.from_profile()       # DDCL_PROFILE=paper: 26 seeds, ViT-S/16
-    >>> study = run(st, device="cuda")              # DinoStudy: runs, floors, majority floor
+    >>> study = run(st, device="cuda")              # DinoStudy: tuning, runs, floors
     >>> study.values("all", "miou") - study.values("0", "miou")     # test 2, per seed
 """
 from __future__ import annotations
@@ -33,6 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from scipy.stats import rankdata
 
 from ddcl_theory.data.ade20k import NUM_CLASSES, SegmentationSet
 from ddcl_theory.experiments import ade20k_probe
@@ -54,37 +56,46 @@ from ddcl_theory.runtime.progress import progress
 from ddcl_theory.runtime.rundir import RunDir
 from ddcl_theory.runtime.settings import Settings, confirmatory_seeds, nested, setting
 
-__all__ = ["SETTLE_AT", "DinoStudySettings", "ProbeData", "DinoRun", "DinoFloor", "DinoStudy",
-           "majority_floor", "cls_probe_accuracy", "run_one", "untrained_floor", "run"]
+__all__ = ["SETTLE_AT", "SPLIT_SEED", "DinoStudySettings", "ProbeData", "DinoRun",
+           "TuningRun", "DinoFloor", "DinoStudy", "segment_counts", "miou_of_counts",
+           "majority_floor", "cls_probe", "run_one", "tune", "tuned_lrs", "untrained_floor",
+           "run"]
 
 #: The share of the schedule after which the settling gate's first probe is read.
 SETTLE_AT = 0.75
+#: Seeds the draws of the held-out images (one split for every seed and arm).
+SPLIT_SEED = 0
 #: Imagenette's classes (the [CLS] probe's).
 IMAGE_CLASSES = 10
-#: Images of Imagenette's validation split whose [CLS] outputs the collapse checks read.
+#: Held-out images the collapse checks read (at most).
 COLLAPSE_IMAGES = 128
 
 
 @dataclass(frozen=True)
 class DinoStudySettings(Settings):
     """The paired study: seeds, lengths (epochs, each a separate run), the trend seeds, the
-    ADE20K training images held out for the settling gate and the [CLS] probe's steps. cpu: a
-    tiny study for tests; paper: the rule's 26 seeds at 100 epochs and the first 4 also at 25
-    and 50: 68 pre-training runs, 5,800 epochs of Imagenette in all."""
+    rate grid and its tuning seeds, the training images held out of each split and the [CLS]
+    probe's steps. cpu: a tiny study for tests; paper: the rule's 26 seeds at 100 epochs and
+    the first 4 also at 25 and 50 (68 runs), after 6 tuning runs of 100 epochs: 6,400 epochs
+    of Imagenette in all."""
 
-    title = "L10 at the papers' scale: paired DINO+iBOT runs, Imagenette and ADE20K probes"
+    title = "L10 on the papers' data: paired DINO+iBOT runs, Imagenette and ADE20K probes"
 
     #: The pre-training recipe and the probes' budgets; each length of ``epochs`` replaces its
-    #: ``epochs``.
+    #: ``epochs`` and each arm's tuned rate its ``lr``.
     recipe: DinoRecipe = nested(DinoRecipe)
 
     head_settings: tuple[str, ...] = setting(("0", "all"), nonempty=True)
-    seeds: tuple[int, ...] = setting((0, 1), paper=confirmatory_seeds(26, run=1), smoke=(0,),
+    seeds: tuple[int, ...] = setting((0, 1), paper=confirmatory_seeds(26, run=4), smoke=(0,),
                                      ge=0, nonempty=True)
     epochs: tuple[int, ...] = setting((1, 2), paper=(25, 50, 100), smoke=(1,), ge=1,
                                       nonempty=True)
     trend_seeds: int = setting(1, paper=4, ge=1)
+    tune_lrs: tuple[float, ...] = setting((5e-4,), paper=(2.5e-4, 5e-4, 1e-3), smoke=(5e-4,),
+                                          gt=0, nonempty=True)
+    tune_seeds: tuple[int, ...] = setting((900,), ge=0, nonempty=True)
     settle_images: int = setting(2, paper=2000, smoke=4, ge=1)
+    image_holdout: int = setting(4, paper=1000, smoke=4, ge=1)
     cls_probe_steps: int = setting(30, paper=1000, smoke=10, ge=1)
     cls_probe_lr: float = setting(1e-2, gt=0)
 
@@ -95,21 +106,9 @@ class DinoStudySettings(Settings):
         if list(self.epochs) != sorted(set(self.epochs)):
             raise ValueError(f"DinoStudySettings.epochs: expected increasing lengths, got "
                              f"{self.epochs!r}")
-
-    def plan(self) -> str:
-        """One sentence on what :func:`run` trains at these settings."""
-        r, arms = self.recipe, len(self.head_settings)
-        runs = sum(len(self.seeds_at(e)) * arms for e in self.epochs)
-        epochs = sum(len(self.seeds_at(e)) * arms * e for e in self.epochs)
-        shorter = (f", the first {len(self.trend)} also at "
-                   f"{', '.join(map(str, self.epochs[:-1]))}" if len(self.epochs) > 1 else "")
-        images = (f"{r.pretrain_images:,} Imagenette images" if r.pretrain_images
-                  else "every Imagenette training image")
-        return (f"{runs} pre-training runs of a ViT d={r.dim}, {r.depth} blocks, {r.heads} "
-                f"heads, {r.patch}x{r.patch} patches at {r.image_size} px on {images} "
-                f"({epochs:,} epochs in all): {len(self.seeds)} seeds at {self.epochs[-1]} "
-                f"epochs{shorter}, each with and without Laplacian heads; and the untrained "
-                f"ViT of each seed and arm.")
+        if set(self.tune_seeds) & set(self.seeds):
+            raise ValueError("DinoStudySettings.tune_seeds: a tuning seed may decide nothing; "
+                             f"{sorted(set(self.tune_seeds) & set(self.seeds))} are also seeds")
 
     @property
     def trend(self) -> tuple[int, ...]:
@@ -122,22 +121,47 @@ class DinoStudySettings(Settings):
             raise ValueError(f"epochs: expected one of {self.epochs}, got {epochs!r}")
         return self.seeds if epochs == self.epochs[-1] else self.trend
 
+    def plan(self) -> str:
+        """One sentence on what :func:`run` trains at these settings."""
+        r, arms = self.recipe, len(self.head_settings)
+        runs = sum(len(self.seeds_at(e)) * arms for e in self.epochs)
+        tuning = len(self.tune_lrs) * len(self.tune_seeds) * arms
+        epochs = (sum(len(self.seeds_at(e)) * arms * e for e in self.epochs)
+                  + tuning * self.epochs[-1])
+        shorter = (f", the first {len(self.trend)} also at "
+                   f"{', '.join(map(str, self.epochs[:-1]))}" if len(self.epochs) > 1 else "")
+        images = (f"{r.pretrain_images:,} Imagenette images" if r.pretrain_images
+                  else "every Imagenette training image")
+        return (f"{tuning} tuning runs and {runs} deciding runs of a ViT d={r.dim}, {r.depth} "
+                f"blocks, {r.heads} heads, {r.patch}x{r.patch} patches at {r.image_size} px on "
+                f"{images} ({epochs:,} epochs in all): {len(self.seeds)} seeds at "
+                f"{self.epochs[-1]} epochs{shorter}, each with and without Laplacian heads at "
+                f"its tuned rate; and the untrained ViT of each seed and arm.")
+
 
 @dataclass(frozen=True)
 class ProbeData:
-    """The images the study reads: Imagenette's training images (N, S, S, 3) uint8 with their
-    labels (pre-training and the [CLS] probe's fit) and its validation images with theirs
-    (the [CLS] probe's test, the collapse checks); ADE20K's training split less the held-out
-    images (``fit``), the held-out images (``settle``) and the validation split (``test``)."""
+    """The images the study reads, every split (N, S, S, 3) uint8: Imagenette's training images
+    and labels (all pre-train; the [CLS] probe fits on those outside ``image_held``), its
+    validation images and labels (test 1's test set); ADE20K's training split less the
+    held-out images (``fit``), the held-out images (``settle``) and its validation split
+    (``test``, test 2's). ``source`` names where they came from."""
 
     images: np.ndarray
     labels: np.ndarray
+    image_held: np.ndarray
     val_images: np.ndarray
     val_labels: np.ndarray
     fit: SegmentationSet
     settle: SegmentationSet
     test: SegmentationSet
+    source: str = "Imagenette (160 px), ADE20K"
     _targets: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def image_fit(self) -> np.ndarray:
+        """Indices of the Imagenette training images the [CLS] probe fits on."""
+        return np.setdiff1d(np.arange(len(self.images)), self.image_held)
 
     def fit_targets(self, patch: int) -> np.ndarray:
         """(N, T) :func:`~ddcl_theory.experiments.ade20k_probe.patch_targets` of ``fit``, made
@@ -165,8 +189,7 @@ class ProbeData:
             print(f"NOTICE: {err}\nNOTICE: the smoke run reads the dense proxy (digits on "
                   "CIFAR-10) at the recipe's size in place of Imagenette and ADE20K")
             return cls.standin(settings)
-        return cls.split(images, labels, val_images, val_labels, train, test,
-                         settings.settle_images)
+        return cls.split(images, labels, val_images, val_labels, train, test, settings)
 
     @classmethod
     def standin(cls, settings: DinoStudySettings) -> ProbeData:
@@ -190,45 +213,74 @@ class ProbeData:
         val_images, val_labels, _ = proxy(r.probe_val_images, 1, "test")
         return cls.split(images, labels, val_images, val_labels,
                          seg(r.probe_images, 2, "train"), seg(r.probe_val_images, 3, "test"),
-                         settings.settle_images)
+                         settings, source="stand-in: the dense proxy (digits on CIFAR-10)")
 
     @classmethod
     def split(cls, images, labels, val_images, val_labels, train: SegmentationSet,
-              test: SegmentationSet, settle_images: int) -> ProbeData:
-        """Hold the last ``settle_images`` of ADE20K's ``train`` out as the settling split."""
-        if not 1 <= settle_images < len(train):
+              test: SegmentationSet, settings: DinoStudySettings, *,
+              source: str = "Imagenette (160 px), ADE20K") -> ProbeData:
+        """Hold out ``settings.settle_images`` of ADE20K's ``train`` and
+        ``settings.image_holdout`` of Imagenette's ``images``, each a draw seeded by
+        :data:`SPLIT_SEED`."""
+        st = settings
+        if not 1 <= st.settle_images < len(train):
             raise ValueError(f"settle_images: expected 1 to {len(train) - 1} (ADE20K training "
-                             f"images less one), got {settle_images}")
+                             f"images less one), got {st.settle_images}")
+        if not 1 <= st.image_holdout < len(images):
+            raise ValueError(f"image_holdout: expected 1 to {len(images) - 1} (Imagenette "
+                             f"training images less one), got {st.image_holdout}")
         for name, x, y in (("labels", images, labels), ("val_labels", val_images, val_labels)):
             if np.asarray(y).shape != (len(x),):
                 raise ValueError(f"{name}: expected ({len(x)},) class ids, got "
                                  f"{np.asarray(y).shape}")
-        cut = len(train) - settle_images
+        rng = np.random.default_rng(SPLIT_SEED)
+        held = np.sort(rng.permutation(len(train))[:st.settle_images])
+        keep = np.setdiff1d(np.arange(len(train)), held)
 
-        def part(a: int, b: int) -> SegmentationSet:
-            return SegmentationSet(train.images[a:b], train.labels[a:b], train.names[a:b],
-                                   train.split)
-        return cls(images, np.asarray(labels), val_images, np.asarray(val_labels),
-                   part(0, cut), part(cut, len(train)), test)
+        def part(idx: np.ndarray) -> SegmentationSet:
+            return SegmentationSet(train.images[idx], train.labels[idx],
+                                   tuple(train.names[i] for i in idx), train.split)
+        image_held = np.sort(rng.permutation(len(images))[:st.image_holdout])
+        return cls(images, np.asarray(labels), image_held, val_images, np.asarray(val_labels),
+                   part(keep), part(held), test, source)
 
 
 @dataclass(frozen=True)
 class DinoRun:
-    """One pre-trained ViT of ``epochs`` epochs and its readings (see the module docstring)."""
+    """One pre-trained ViT of ``epochs`` epochs at rate ``lr`` and its readings (see the module
+    docstring); ``image_correct`` (validation images,) 0/1 and ``segment_counts`` (validation
+    images, 3, 150) the per-image values behind ``image_acc`` and ``miou``."""
 
     setting: str
     laplacian_heads: int
     seed: int
     epochs: int
+    lr: float
     losses: tuple[float, ...]         # mean loss of each epoch
     miou: float                       # ADE20K validation mIoU of the linear probe
     pixel_acc: float
     image_acc: float                  # Imagenette validation accuracy of the [CLS] probe
-    settle_miou: float                # mIoU on the held-out training images at SETTLE_AT
+    settle_miou: float                # mIoU on the held-out ADE20K images at SETTLE_AT
     val_miou: float                   # the same at the end
     teacher_entropy: float            # mean per-image entropy of the teacher's [CLS] output
     teacher_mean_entropy: float       # entropy of the batch-mean output (nats)
-    effective_rank: float             # patch features of the first held-out images
+    effective_rank: float             # raw patch features of held-out ADE20K images
+    image_correct: np.ndarray = field(compare=False, repr=False,
+                                      default_factory=lambda: np.zeros(0, np.int8))
+    segment_counts: np.ndarray = field(compare=False, repr=False,
+                                       default_factory=lambda: np.zeros((0, 3, 0), np.int32))
+
+
+@dataclass(frozen=True)
+class TuningRun:
+    """A tuning run: ``setting`` at rate ``lr`` on tuning seed ``seed`` for the longest length,
+    scored on held-out training images only (ADE20K mIoU, Imagenette [CLS] accuracy)."""
+
+    setting: str
+    lr: float
+    seed: int
+    val_miou: float
+    val_image_acc: float
 
 
 @dataclass(frozen=True)
@@ -244,15 +296,19 @@ class DinoFloor:
 
 @dataclass
 class DinoStudy:
-    """Every run and floor of a study, the majority-class floor (mIoU, pixel accuracy) and
-    log K of the teacher's output."""
+    """The tuning runs and the rate each head setting took, every run and floor, the
+    majority-class floor (mIoU, pixel accuracy), log K of the teacher's output, the split
+    sizes and the data's source."""
 
     settings: DinoStudySettings
+    tuning: list[TuningRun]
+    lrs: dict[str, float]
     runs: list[DinoRun]
     floors: list[DinoFloor]
     majority: tuple[float, float]
     log_k: float
     sizes: dict[str, int] = field(default_factory=dict)
+    source: str = ""
 
     @property
     def recipe(self) -> DinoRecipe:
@@ -273,6 +329,12 @@ class DinoStudy:
         return np.array([getattr(self.run(setting, s, epochs), field_name)
                          for s in self.settings.seeds_at(epochs)], dtype=float)
 
+    def items(self, setting: str, field_name: str) -> np.ndarray:
+        """(seeds, ...) the per-image values (``"image_correct"`` or ``"segment_counts"``) of
+        ``setting``'s runs of the longest length, in seed order."""
+        return np.stack([getattr(self.run(setting, s), field_name)
+                         for s in self.settings.seeds])
+
     def floor_values(self, setting: str, field_name: str = "miou") -> np.ndarray:
         """(seeds,) of the untrained ViT's reading, in seed order."""
         by_seed = {f.seed: f for f in self.floors if f.setting == setting}
@@ -286,6 +348,38 @@ def _nearest(a: np.ndarray, size: int) -> np.ndarray:
     rows = np.arange(size) * a.shape[1] // size
     cols = np.arange(size) * a.shape[2] // size
     return a[:, rows][:, :, cols]
+
+
+def segment_counts(pred: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """(N, 3, 150) int32: per image and class, over its labelled pixels, the pixels both
+    predicted and labelled as the class, those predicted as it, and those labelled as it.
+    ``pred`` (N, S, S) classes 0..149; ``labels`` (N, S, S) ADE20K ids (0 unlabelled)."""
+    if pred.shape != labels.shape:
+        raise ValueError(f"pred: expected the labels' shape {labels.shape}, got {pred.shape}")
+    n = len(labels)
+    out = np.zeros((n, 3, NUM_CLASSES), np.int32)
+    for i in range(n):
+        lab = labels[i] > 0
+        truth = labels[i][lab].astype(np.int64) - 1
+        guess = pred[i][lab].astype(np.int64)
+        out[i, 0] = np.bincount(truth[truth == guess], minlength=NUM_CLASSES)
+        out[i, 1] = np.bincount(guess, minlength=NUM_CLASSES)
+        out[i, 2] = np.bincount(truth, minlength=NUM_CLASSES)
+    return out
+
+
+def miou_of_counts(counts: np.ndarray, weights: np.ndarray | None = None):
+    """mIoU of :func:`segment_counts` (N, 3, C) summed over the images, over the classes that
+    occur (in the labels or the predictions), as :func:`ddcl_theory.metrics.segmentation.miou`:
+    a float; with ``weights`` (B, N), each image's counts weighted by a row, (B,)."""
+    c = counts.reshape(counts.shape[0], -1).astype(np.float64)
+    total = (c.sum(0)[None] if weights is None else np.asarray(weights, float) @ c)
+    inter, predicted, labelled = np.split(total.reshape(len(total), 3, -1), 3, axis=1)
+    union = (predicted + labelled - inter)[:, 0]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        iou = np.where(union > 0, inter[:, 0] / union, np.nan)
+    out = np.nanmean(iou, axis=1)
+    return out if weights is not None else float(out[0])
 
 
 def majority_floor(fit: SegmentationSet, test: SegmentationSet) -> tuple[float, float]:
@@ -311,47 +405,57 @@ def _cls(encoder: DenseViT, images: np.ndarray, stats, patch: int, device,
         for i in range(0, len(images), chunk)])
 
 
-def cls_probe_accuracy(settings: DinoStudySettings, encoder: DenseViT, data: ProbeData, stats,
-                       seed: int, device) -> float:
-    """Imagenette validation accuracy of a linear probe on the frozen [CLS] token, fitted on
-    the training images (features standardised with the training images' statistics)."""
-    train, val = standardise(*(_cls(encoder, x, stats, settings.recipe.patch, device)
-                               for x in (data.images, data.val_images)))
-    labels = torch.as_tensor(data.labels, dtype=torch.long, device=train.device)
+def cls_probe(settings: DinoStudySettings, encoder: DenseViT, data: ProbeData, stats,
+              seed: int, device, *, test: bool) -> np.ndarray:
+    """0/1 per image of a linear probe on the frozen [CLS] token, fitted on Imagenette's
+    training images outside the held-out ones (features standardised with their statistics):
+    on the validation split (``test``) or on the held-out training images."""
+    fit = data.image_fit
+    scored = data.val_images if test else data.images[data.image_held]
+    truth = data.val_labels if test else data.labels[data.image_held]
+    train, other = standardise(*(_cls(encoder, x, stats, settings.recipe.patch, device)
+                                 for x in (data.images[fit], scored)))
+    labels = torch.as_tensor(data.labels[fit], dtype=torch.long, device=train.device)
     probe = train_probe(train, labels, steps=settings.cls_probe_steps,
                         lr=settings.cls_probe_lr, seed=seed, num_classes=IMAGE_CLASSES)
     with torch.no_grad():
-        pred = probe(val).argmax(-1).cpu().numpy()
-    return float(np.mean(pred == data.val_labels))
+        pred = probe(other).argmax(-1).cpu().numpy()
+    return (pred == truth).astype(np.int8)
 
 
 def _segment(recipe: DinoRecipe, encoder: DenseViT, data: ProbeData, stats, seed: int, device,
-             *, test: bool) -> tuple[float, ...]:
-    """The ADE20K probe fitted on ``data.fit``: (held-out mIoU, effective rank of the held-out
-    patch features) and, with ``test``, its validation (mIoU, pixel accuracy)."""
+             *, test: bool) -> tuple:
+    """The ADE20K probe fitted on ``data.fit``: (held-out mIoU, effective rank of the raw patch
+    features of the first held-out images) and, with ``test``, its validation (mIoU, pixel
+    accuracy, :func:`segment_counts`)."""
     parts = [data.fit, data.settle] + ([data.test] if test else [])
-    feats = standardise(*(_patch_features(encoder, p.images, stats, recipe.patch, device)
-                          for p in parts))
-    held = feats[1][:COLLAPSE_IMAGES]
+    raw = [_patch_features(encoder, p.images, stats, recipe.patch, device) for p in parts]
+    held = raw[1][:COLLAPSE_IMAGES]
+    rank = float(effective_rank(held.reshape(-1, held.shape[-1]).double()))
+    feats = standardise(*raw)
+    del raw
     probe = ade20k_probe.fit_probe(feats[0], data.fit_targets(recipe.patch),
                                    steps=recipe.probe_steps, lr=recipe.probe_lr, seed=seed)
     settle, _ = ade20k_probe.probe_scores(probe, feats[1], data.settle.labels, recipe.patch)
-    rank = float(effective_rank(held.reshape(-1, held.shape[-1]).double()))
     if not test:
         return settle, rank
-    return (settle, rank) + ade20k_probe.probe_scores(probe, feats[2], data.test.labels,
-                                                      recipe.patch)
+    miou, pixel_acc = ade20k_probe.probe_scores(probe, feats[2], data.test.labels, recipe.patch)
+    grid = recipe.image_size // recipe.patch
+    pred = segmentation.upsample_labels(
+        ade20k_probe.predict_patches(probe, feats[2]).reshape(-1, grid, grid), recipe.patch)
+    return settle, rank, miou, pixel_acc, segment_counts(pred, data.test.labels)
 
 
 def _settle_epoch(epochs: int) -> int:
     return max(1, round(SETTLE_AT * epochs))
 
 
-def run_one(settings: DinoStudySettings, data: ProbeData, setting: str, seed: int, epochs: int,
-            device: str | torch.device = "cpu") -> DinoRun:
-    """Pre-train ``setting`` on seed ``seed`` for ``epochs`` epochs (the recipe's schedule at
-    that length) and read it (see the module docstring)."""
-    r = dataclasses.replace(settings.recipe, epochs=epochs)
+def _pretrain_probed(settings: DinoStudySettings, data: ProbeData, setting: str, seed: int,
+                     epochs: int, lr: float, device):
+    """Pre-train ``setting`` at ``lr`` for ``epochs`` epochs, reading the held-out ADE20K mIoU
+    at :data:`SETTLE_AT` of the schedule; (the pair in evaluation mode, the losses, that mIoU,
+    the recipe at this length and rate, the pre-training images' channel statistics)."""
+    r = dataclasses.replace(settings.recipe, epochs=epochs, lr=lr)
     stats = _stats(data.images)
     mid = _settle_epoch(epochs)
     settle: list[float] = []
@@ -363,14 +467,57 @@ def run_one(settings: DinoStudySettings, data: ProbeData, setting: str, seed: in
             pair.train()
 
     pair, losses = pretrain(r, data.images, setting, seed, device, end_of_round=probe_mid)
-    pair.eval()
-    val, rank, miou, pixel_acc = _segment(r, pair.teacher, data, stats, seed, device, test=True)
-    image_acc = cls_probe_accuracy(settings, pair.teacher, data, stats, seed, device)
+    return pair.eval(), losses, settle[0], r, stats
+
+
+def run_one(settings: DinoStudySettings, data: ProbeData, setting: str, seed: int, epochs: int,
+            lr: float, device: str | torch.device = "cpu") -> DinoRun:
+    """Pre-train ``setting`` on seed ``seed`` for ``epochs`` epochs at rate ``lr`` (the
+    recipe's schedule at that length) and read it (see the module docstring)."""
+    pair, losses, settle, r, stats = _pretrain_probed(settings, data, setting, seed, epochs, lr,
+                                                      device)
+    val, rank, miou, pixel_acc, counts = _segment(r, pair.teacher, data, stats, seed, device,
+                                                  test=True)
+    correct = cls_probe(settings, pair.teacher, data, stats, seed, device, test=True)
+    held = data.images[data.image_held[:COLLAPSE_IMAGES]]
     with torch.no_grad():
         ent, mean_ent = pair.teacher_entropies(to_patches(
-            _standardised(data.val_images[:COLLAPSE_IMAGES], stats).to(device), r.patch))
-    return DinoRun(setting, laplacian_count(setting, r.heads), seed, epochs, tuple(losses),
-                   miou, pixel_acc, image_acc, settle[0], val, ent, mean_ent, rank)
+            _standardised(held, stats).to(device), r.patch))
+    return DinoRun(setting, laplacian_count(setting, r.heads), seed, epochs, lr, tuple(losses),
+                   miou, pixel_acc, float(correct.mean()), settle, val, ent, mean_ent, rank,
+                   correct, counts)
+
+
+def tune(settings: DinoStudySettings, data: ProbeData, setting: str, lr: float, seed: int,
+         device: str | torch.device = "cpu") -> TuningRun:
+    """A tuning run: ``setting`` at ``lr`` on tuning seed ``seed`` for the longest length,
+    scored on the held-out training images only (no validation split is read)."""
+    pair, _, _, r, stats = _pretrain_probed(settings, data, setting, seed,
+                                            settings.epochs[-1], lr, device)
+    val, _ = _segment(r, pair.teacher, data, stats, seed, device, test=False)
+    acc = cls_probe(settings, pair.teacher, data, stats, seed, device, test=False).mean()
+    return TuningRun(setting, lr, seed, val, float(acc))
+
+
+def tuned_lrs(tuning: list[TuningRun], settings: DinoStudySettings) -> dict[str, float]:
+    """Each head setting's rate on ``settings.tune_lrs``: the smallest mean of its two ranks
+    (rank 1 the best; ties share the mean rank) on the tuning seeds' mean held-out [CLS]
+    accuracy and mean held-out ADE20K mIoU, one score per test; ties go to the larger sum of
+    the two means, then to the smaller rate."""
+    out = {}
+    for s in settings.head_settings:
+        runs = {lr: [t for t in tuning if t.setting == s and t.lr == lr]
+                for lr in settings.tune_lrs}
+        if missing := [lr for lr, found in runs.items() if not found]:
+            raise ValueError(f"tuning: no run of {s!r} at rate(s) {missing}")
+        acc, miou = (np.array([np.mean([getattr(t, f) for t in found])
+                               for found in runs.values()])
+                     for f in ("val_image_acc", "val_miou"))
+        rank = (rankdata(-acc) + rankdata(-miou)) / 2
+        best = min(range(len(settings.tune_lrs)),
+                   key=lambda i: (rank[i], -(acc[i] + miou[i]), settings.tune_lrs[i]))
+        out[s] = float(settings.tune_lrs[best])
+    return out
 
 
 def untrained_floor(settings: DinoStudySettings, data: ProbeData, setting: str, seed: int,
@@ -379,17 +526,17 @@ def untrained_floor(settings: DinoStudySettings, data: ProbeData, setting: str, 
     r = settings.recipe
     encoder = build_pair(r, setting, seed).teacher.to(device).eval()
     stats = _stats(data.images)
-    _, _, miou, pixel_acc = _segment(r, encoder, data, stats, seed, device, test=True)
-    image_acc = cls_probe_accuracy(settings, encoder, data, stats, seed, device)
-    return DinoFloor(setting, seed, miou, pixel_acc, image_acc)
+    _, _, miou, pixel_acc, _ = _segment(r, encoder, data, stats, seed, device, test=True)
+    correct = cls_probe(settings, encoder, data, stats, seed, device, test=True)
+    return DinoFloor(setting, seed, miou, pixel_acc, float(correct.mean()))
 
 
 def run(settings: DinoStudySettings | None = None, *, data: ProbeData | None = None,
         device: str | torch.device | None = None, run_dir: RunDir | None = None) -> DinoStudy:
-    """Every (seed, head setting, length) run and every seed's untrained floors, each a unit of
-    ``run_dir`` (default the profile's ``dense_features_paper`` run directory: a stopped study
-    resumes at its first unfinished unit). ``data`` default: :meth:`ProbeData.load`;
-    ``device`` default: the profile's."""
+    """The tuning runs, then every (seed, head setting, length) run at that setting's tuned
+    rate and every seed's untrained floors, each a unit of ``run_dir`` (default the profile's
+    ``dense_features_paper`` run directory: a stopped study resumes at its first unfinished
+    unit). ``data`` default: :meth:`ProbeData.load`; ``device`` default: the profile's."""
     st = settings or DinoStudySettings.from_profile()
     r = st.recipe
     device = device if device is not None else profile.current().device
@@ -398,17 +545,23 @@ def run(settings: DinoStudySettings | None = None, *, data: ProbeData | None = N
                          f"{r.heads} heads")
     d = data if data is not None else ProbeData.load(st)
     run_dir = run_dir if run_dir is not None else RunDir("dense_features_paper", st)
+    trials = [(s, lr, seed) for seed in st.tune_seeds for s in st.head_settings
+              for lr in st.tune_lrs]
+    tuning = [run_dir.unit(f"tune-{s}-lr{lr:g}-seed{seed}",
+                           lambda a=(s, lr, seed): tune(st, d, *a, device=device))
+              for s, lr, seed in progress(trials, desc="L10 paper tuning")]
+    lrs = tuned_lrs(tuning, st)
     jobs = [(s, seed, e) for e in st.epochs for seed in st.seeds_at(e)
             for s in st.head_settings]
     runs = [run_dir.unit(f"{s}-seed{seed}-{e}",
-                         lambda a=(s, seed, e): run_one(st, d, *a, device=device))
+                         lambda a=(s, seed, e): run_one(st, d, *a, lrs[a[0]], device=device))
             for s, seed, e in progress(jobs, desc="L10 paper runs")]
     floors = [run_dir.unit(f"untrained-{s}-seed{seed}",
                            lambda a=(s, seed): untrained_floor(st, d, *a, device=device))
               for seed in st.seeds for s in st.head_settings]
-    run_dir.finish({"runs": len(runs), "floors": len(floors)})
-    sizes = {"imagenette_train": len(d.images), "imagenette_val": len(d.val_images),
-             "ade20k_fit": len(d.fit), "ade20k_settle": len(d.settle),
-             "ade20k_validation": len(d.test)}
-    return DinoStudy(st, runs, floors, majority_floor(d.fit, d.test),
-                     float(np.log(r.out_dim)), sizes)
+    run_dir.finish({"tuning": len(tuning), "runs": len(runs), "floors": len(floors)})
+    sizes = {"imagenette_train": len(d.images), "imagenette_fit": len(d.image_fit),
+             "imagenette_val": len(d.val_images), "ade20k_fit": len(d.fit),
+             "ade20k_settle": len(d.settle), "ade20k_validation": len(d.test)}
+    return DinoStudy(st, tuning, lrs, runs, floors, majority_floor(d.fit, d.test),
+                     float(np.log(r.out_dim)), sizes, d.source)

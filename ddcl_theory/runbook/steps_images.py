@@ -128,28 +128,32 @@ def laplacian_readout(s: Any) -> int:
     return sum(2 * len(s.seeds) * s.epochs * _batches(n, s.batch_size) for n in s.n_train)
 
 
-def _dino_sizes(s: Any) -> tuple[int, int]:
-    """(Imagenette training images, ADE20K training images the probe fits on) of a
-    :func:`dino_study`: the recipe's limits, or the whole splits."""
+def _dino_sizes(s: Any) -> tuple[int, int, int]:
+    """(Imagenette training images, those the [CLS] probe fits on, ADE20K training images the
+    dense probe fits on) of a :func:`dino_study`: the recipe's limits, or the whole splits."""
     from ddcl_theory.data.ade20k import SPLIT_SIZES as ADE20K
     from ddcl_theory.data.imagenette import SPLIT_SIZES as IMAGENETTE
     r = s.recipe
-    return (r.pretrain_images or IMAGENETTE["train"],
+    images = r.pretrain_images or IMAGENETTE["train"]
+    return (images, images - s.image_holdout,
             (r.probe_images or ADE20K["training"]) - s.settle_images)
 
 
 def _dino_lengths(s: Any) -> list[int]:
-    """The epochs of every pre-training run of a :func:`dino_study`."""
-    return [e for e in s.epochs for _ in range(len(s.seeds_at(e)) * len(s.head_settings))]
+    """The epochs of every pre-training run of a :func:`dino_study`, tuning runs first."""
+    arms = len(s.head_settings)
+    tuning = [s.epochs[-1]] * (len(s.tune_seeds) * len(s.tune_lrs) * arms)
+    return tuning + [e for e in s.epochs for _ in range(len(s.seeds_at(e)) * arms)]
 
 
 def dino_study(s: Any) -> int:
-    """Per run (every seed at the longest length, the trend seeds at the shorter ones, each
-    head setting): its epochs of images // ``batch_size`` steps, two fits of the ADE20K probe
-    (part-way and at the end, ``probe_steps`` each) and one of the [CLS] probe
-    (``cls_probe_steps``); per seed and head setting the untrained ViT's two probes."""
+    """Per run (the tuning runs at the longest length; then every seed at the longest length
+    and the trend seeds at the shorter ones, each head setting): its epochs of images //
+    ``batch_size`` steps, two fits of the ADE20K probe (part-way and at the end,
+    ``probe_steps`` each) and one of the [CLS] probe (``cls_probe_steps``); per seed and head
+    setting the untrained ViT's two probes."""
     r = s.recipe
-    images, _ = _dino_sizes(s)
+    images, _, _ = _dino_sizes(s)
     runs = sum(e * (images // r.batch_size) + 2 * r.probe_steps + s.cls_probe_steps
                for e in _dino_lengths(s))
     return runs + len(s.seeds) * len(s.head_settings) * (r.probe_steps + s.cls_probe_steps)
@@ -265,10 +269,10 @@ def laplacian_readout_examples(s: Any) -> dict[str, int]:
 def dino_study_examples(s: Any) -> dict[str, int]:
     """:func:`dino_study`'s loops by model: an ADE20K probe step sees every patch of the images
     it fits on (at most: a patch with no labelled pixel is left out), a [CLS] probe step every
-    Imagenette training image, a pre-training step ``batch_size`` images."""
+    Imagenette image it fits on, a pre-training step ``batch_size`` images."""
     r = s.recipe
-    images, segment = _dino_sizes(s)
-    dense, image = r.probe_steps * segment * r.tokens, s.cls_probe_steps * images
+    images, cls_fit, segment = _dino_sizes(s)
+    dense, image = r.probe_steps * segment * r.tokens, s.cls_probe_steps * cls_fit
     lengths = _dino_lengths(s)
     floors = len(s.seeds) * len(s.head_settings)
     return _used({"Linear": len(lengths) * (2 * dense + image) + floors * (dense + image),

@@ -1,58 +1,62 @@
-"""Claim L10 at the papers' scale: :func:`decide_l10_paper` reads the paired DINO+iBOT study of
-:mod:`ddcl_theory.experiments.dino_study` (ViT-S/16 pre-trained on Imagenette, probed on
-Imagenette and ADE20K) by L10's registered rule.
+"""Claim L10 on the papers' model and probe data: :func:`decide_l10_paper` reads the paired
+DINO+iBOT study of :mod:`ddcl_theory.experiments.dino_study` (ViT-S/16 pre-trained on
+Imagenette, probed on Imagenette and ADE20K) by L10's paper-scale rule
+(:data:`ddcl_theory.ledger.rules.PAPER_RULES`), registered before any run at that scale.
 
-The rule's tests keep their order, SESOIs and design (paired t over the seeds, all heads
-Laplacian - none); the study measures each at the papers' data:
+Its tests, each all heads Laplacian - none on the same seed:
 
-1. the image-level linear probe on the teacher's [CLS] token: Imagenette validation accuracy;
-2. the dense linear probe on its patch tokens: ADE20K validation mIoU over the 150 classes (the
-   papers' own statistic, 32.27 vs 29.81);
-3. (beside) the same probe's pixel accuracy, at the mIoU's SESOI.
+1. the Imagenette validation accuracy of a linear probe on the teacher's [CLS] token;
+2. the ADE20K validation mIoU of a linear probe on its patch tokens (the papers' statistic).
 
-The gates are the rule's, read on the same runs: no deciding run collapsed
-(:func:`~ddcl_theory.ledger.decisions.dense_features.collapsed`, on Imagenette validation images
-and the held-out ADE20K training images); the dense comparison settled (the paired mIoU gap on
-the held-out ADE20K training images moved over the last quarter of the schedule by at most
-:data:`~ddcl_theory.ledger.rules.L10_SETTLED` on average, or by a move that, repeated, leaves
-test 2's word as it is); each arm's trained teacher beats its own untrained ViT on the ADE20K
-probe (paired 95% t interval above 0). Neither arm is tuned: both pre-train at DINO's published
-rate, where the reference profile tunes each arm on a grid; the evidence says so.
+Every seed is scored on the same benchmark splits, so each interval is a crossed bootstrap over
+the seeds and the images (:func:`~ddcl_theory.ledger.resampling.bootstrap_crossed` of the
+per-image paired correctness for test 1; :func:`crossed_miou` of the per-image per-class counts
+for test 2), and the spread that sizes the seeds is the per-seed one.
+
+Gates (a failed one makes the word ``inconclusive``): no deciding run collapsed
+(:func:`~ddcl_theory.ledger.decisions.dense_features.collapsed`); the dense comparison settled
+(the paired mIoU gap on the held-out ADE20K training images moved over the last quarter of the
+schedule by at most :data:`~ddcl_theory.ledger.rules.L10_SETTLED` on average, or by a move that,
+repeated, leaves test 2's word as it is); each arm's trained teacher beats its own untrained
+ViT on the ADE20K probe (paired 95% t interval above 0).
 
 Reads a :class:`~ddcl_theory.experiments.dino_study.DinoStudy` (duck-typed): ``settings``
-(``seeds``, ``epochs``, ``trend``), ``recipe`` (``dim``, ``depth``, ``heads``, ``patch``,
-``image_size``, ``lr``, ``batch_size``), ``runs``, ``values(setting, field, epochs)``,
-``floor_values(setting, field)``, ``majority``, ``log_k`` and ``sizes``.
+(``seeds``, ``epochs``, ``trend``, ``tune_lrs``, ``tune_seeds``), ``recipe``, ``tuning``,
+``lrs``, ``runs``, ``values(setting, field, epochs)``, ``items(setting, field)``,
+``floor_values(setting, field)``, ``majority``, ``log_k``, ``sizes`` and ``source``.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ddcl_theory.ledger import stats
-from ddcl_theory.ledger.claims import rule_of
-from ddcl_theory.ledger.decisions.dense_features import PAPER, collapsed, trend_direction
+from ddcl_theory.ledger.decisions.dense_features import collapsed, trend_direction
 from ddcl_theory.ledger.design import Gate
 from ddcl_theory.ledger.report import interval_text, mean_sd
-from ddcl_theory.ledger.rules import L10_SETTLED
+from ddcl_theory.ledger.resampling import CROSSED, bootstrap_crossed
+from ddcl_theory.ledger.rules import L10_SETTLED, PAPER_RULES
 from ddcl_theory.ledger.tolerance import Tolerance
 from ddcl_theory.ledger.verdict import Verdict
 
-__all__ = ["FIELDS", "TOLERANCE", "differences", "per_seed", "scale_trend", "settling_moves",
-           "gates", "decide_l10_paper", "recorded"]
+__all__ = ["PAPER_MIOU", "TOLERANCE", "differences", "crossed_miou", "samples",
+           "scale_trend", "settling_moves", "gates", "decide_l10_paper", "recorded"]
 
-#: The study's reading of each of the rule's tests, in its order.
-FIELDS = ("image_acc", "miou", "pixel_acc")
+#: The papers' ADE20K mIoU (Laplacian heads, standard heads), ViT-S/16 DINO.
+PAPER_MIOU = (0.3227, 0.2981)
 #: How far the paper-scale numbers may move between machines (GPU kernels).
 TOLERANCE = Tolerance(abs=0.02, rel=0.3, count_abs=1,
-                      reason="seed means and paired intervals of linear probes on ViT-S/16 "
-                             "features over 26 seeds; GPU kernels move a run's probe by a "
-                             "fraction of a point; counts of runs meeting a gate may move by one")
-_SHORT = ("Imagenette [CLS] probe accuracy", "ADE20K mIoU", "ADE20K pixel accuracy")
+                      reason="seed means and crossed bootstrap intervals of linear probes on "
+                             "ViT-S/16 features over 26 seeds; GPU kernels move a run's probe by "
+                             "a fraction of a point; counts of runs meeting a gate may move by "
+                             "one")
+_SHORT = ("Imagenette [CLS] probe accuracy", "ADE20K mIoU")
 _BASE, _ALL = "0", "all"
 _NAMES = {_BASE: "none", _ALL: "all heads Laplacian"}
+#: Resamples of the crossed bootstrap of mIoU (each a (seeds x images) reweighting).
+MIOU_RESAMPLES = 2000
 
 
-def _interval(d: np.ndarray, method: str) -> stats.Interval:
+def _t(d: np.ndarray, method: str) -> stats.Interval:
     return stats.one_sample_t(d) if d.size > 1 else stats.Interval(*[d[0]] * 3, 1, method)
 
 
@@ -61,9 +65,42 @@ def differences(study, field: str, epochs: int | None = None) -> np.ndarray:
     return study.values(_ALL, field, epochs) - study.values(_BASE, field, epochs)
 
 
-def per_seed(study) -> list[np.ndarray]:
-    """The per-seed values of the rule's tests (binding, then beside), in its order."""
-    return [differences(study, f) for f in FIELDS]
+def crossed_miou(counts_all: np.ndarray, counts_base: np.ndarray, *,
+                 n_resamples: int = MIOU_RESAMPLES, seed: int = 0) -> stats.Interval:
+    """Percentile bootstrap of the mean over seeds of the paired mIoU difference, from each
+    arm's per-image counts (seeds, images, 3, C) of
+    :func:`~ddcl_theory.experiments.dino_study.segment_counts` on one shared image set: each
+    resample reweights the seeds by one multinomial draw and, independently, the images by
+    another, and recomputes every seed's two mIoUs on the reweighted images (as
+    :func:`~ddcl_theory.ledger.resampling.bootstrap_crossed`, for a ratio of sums)."""
+    from ddcl_theory.experiments.dino_study import miou_of_counts
+    if counts_all.shape != counts_base.shape or counts_all.ndim != 4:
+        raise ValueError(f"counts: expected two equal (seeds, images, 3, C) arrays, got "
+                         f"{counts_all.shape} and {counts_base.shape}")
+    n_seeds, n_images = counts_all.shape[:2]
+    if n_seeds < 2:
+        raise ValueError(f"counts: expected at least 2 seeds, got {n_seeds}")
+    rng = np.random.default_rng(seed)
+    image_w = rng.multinomial(n_images, np.full(n_images, 1.0 / n_images), size=n_resamples)
+    seed_w = rng.multinomial(n_seeds, np.full(n_seeds, 1.0 / n_seeds), size=n_resamples)
+    per_seed = np.stack([miou_of_counts(counts_all[s], image_w)
+                         - miou_of_counts(counts_base[s], image_w) for s in range(n_seeds)])
+    boot = (seed_w * per_seed.T).sum(1) / n_seeds
+    estimate = float(np.mean([miou_of_counts(a) - miou_of_counts(b)
+                              for a, b in zip(counts_all, counts_base)]))
+    low, high = np.quantile(boot, [0.025, 0.975])
+    return stats.Interval(estimate, float(low), float(high), n_seeds, CROSSED, 0.95)
+
+
+def samples(study) -> list:
+    """The rule's tests as ``(interval, per-seed sd)`` pairs (:meth:`Rule.evaluate`)."""
+    acc = study.items(_ALL, "image_correct").astype(float) \
+        - study.items(_BASE, "image_correct").astype(float)
+    iou = crossed_miou(study.items(_ALL, "segment_counts"),
+                       study.items(_BASE, "segment_counts"))
+    spread = lambda d: float(np.std(d, ddof=1))     # noqa: E731
+    return [(bootstrap_crossed(acc), spread(differences(study, "image_acc"))),
+            (iou, spread(differences(study, "miou")))]
 
 
 def scale_trend(study, field: str = "miou") -> dict[str, list[float]]:
@@ -72,7 +109,7 @@ def scale_trend(study, field: str = "miou") -> dict[str, list[float]]:
     n = len(study.settings.trend)
     out = {}
     for epochs in study.settings.epochs:
-        iv = _interval(differences(study, field, epochs)[:n], "paired t")
+        iv = _t(differences(study, field, epochs)[:n], "paired t")
         out[f"{epochs} epochs"] = [round(iv.estimate, 4), round(iv.low, 4), round(iv.high, 4)]
     return out
 
@@ -84,28 +121,23 @@ def settling_moves(study) -> np.ndarray:
     return differences(study, "val_miou") - differences(study, "settle_miou")
 
 
-def _deciding(study) -> list:
+def gates(study, test2: stats.Interval) -> list[Gate]:
+    """The rule's three gates (see the module docstring); ``test2``: test 2's interval."""
     longest = study.settings.epochs[-1]
-    return [r for r in study.runs if r.epochs == longest]
-
-
-def gates(study) -> list[Gate]:
-    """The rule's three gates at the papers' data (see the module docstring)."""
-    runs = _deciding(study)
+    runs = [r for r in study.runs if r.epochs == longest]
     fell = [f"{r.setting}/{r.seed}" for r in runs if collapsed(r, study.log_k)]
     gap_move = float(np.mean(settling_moves(study)))
-    test = rule_of("L10").tests[1]
-    iv = _interval(differences(study, "miou"), "paired t")
-    words = [stats.decide(iv.low + shift, iv.high + shift, side=test.side, margin=test.margin,
-                          sesoi=test.sesoi) for shift in (0.0, gap_move)]
+    test = PAPER_RULES["L10"].tests[1]
+    words = [stats.decide(test2.low + shift, test2.high + shift, side=test.side,
+                          margin=test.margin, sesoi=test.sesoi) for shift in (0.0, gap_move)]
     unsettled = abs(gap_move) > L10_SETTLED and words[0] != words[1]
-    floor = {s: _interval(study.values(s, "miou") - study.floor_values(s, "miou"),
-                          "one-sample t") for s in (_BASE, _ALL)}
+    floor = {s: _t(study.values(s, "miou") - study.floor_values(s, "miou"), "one-sample t")
+             for s in (_BASE, _ALL)}
     below = [s for s, f in floor.items() if not (f.low > 0 and f.n > 1)]
     return [
         Gate("no collapse", not fell,
              f"{len(runs) - len(fell)} of {len(runs)} deciding runs kept a teacher output "
-             "neither uniform nor one-hot and patch features of effective rank at least 2"
+             "neither uniform nor one-hot and raw patch features of effective rank at least 2"
              + (f" (collapsed: {', '.join(fell)})" if fell else "")),
         Gate("settled", not unsettled,
              f"over the last quarter of the schedule the paired ADE20K mIoU gap on the "
@@ -120,65 +152,91 @@ def gates(study) -> list[Gate]:
     ]
 
 
+def _tuning_text(study) -> str:
+    st = study.settings
+    parts = []
+
+    def score(s: str, lr: float, f: str) -> float:
+        return float(np.mean([getattr(t, f) for t in study.tuning
+                              if t.setting == s and t.lr == lr]))
+    for s in (_BASE, _ALL):
+        cells = ", ".join(f"{lr:g}: {score(s, lr, 'val_image_acc'):.3f}/"
+                          f"{score(s, lr, 'val_miou'):.3f}" for lr in st.tune_lrs)
+        at_end = (" (at an end of the grid)" if len(st.tune_lrs) > 1
+                  and study.lrs[s] in (st.tune_lrs[0], st.tune_lrs[-1]) else "")
+        parts.append(f"{_NAMES[s]} {study.lrs[s]:g}{at_end} [held-out accuracy/mIoU by rate: "
+                     f"{cells}]")
+    return (f"Rates tuned per arm at {st.epochs[-1]} epochs on tuning seed(s) "
+            f"{', '.join(map(str, st.tune_seeds))}, on held-out training images only: "
+            + "; ".join(parts) + ".")
+
+
 def decide_l10_paper(study) -> Verdict:
-    """L10 by its registered rule on the paired study at the papers' data."""
+    """L10 by its paper-scale rule on the paired study (see the module docstring)."""
     st, r = study.settings, study.recipe
-    rule = rule_of("L10")
-    samples = per_seed(study)
-    results = rule.evaluate(samples)
-    checked = gates(study)
+    rule = PAPER_RULES["L10"]
+    pairs = samples(study)
+    results = rule.evaluate(pairs)
+    checked = gates(study, pairs[1][0])
     word = rule.word(results, checked)
     b = rule.binding(results)
     bound = results[b]
     failed = [g.name for g in checked if not g.passed]
-    short = [t.n_seeds for t in results[:len(rule.tests)] if t.n_seeds < rule.n_seeds]
+    short = [t.n_seeds for t in results if t.n_seeds < rule.n_seeds]
     why = (f" Inconclusive because a gate failed ({', '.join(failed)})." if failed else
            f" At most inconclusive: {short[0]} seeds, the rule registers {rule.n_seeds}."
            if short else "")
-    arms = {s: {f: study.values(s, f) for f in FIELDS} for s in (_BASE, _ALL)}
+    arms = {s: {f: study.values(s, f) for f in ("image_acc", "miou", "pixel_acc")}
+            for s in (_BASE, _ALL)}
     floors = {s: study.floor_values(s, "miou") for s in (_BASE, _ALL)}
     trend, acc_trend = scale_trend(study), scale_trend(study, "image_acc")
     sizes = study.sizes
+    base, lap = arms[_BASE]["miou"].mean(), arms[_ALL]["miou"].mean()
     tests = "; ".join(f"test {i} ({name}) {t.word}, {interval_text(t)}" for i, (name, t)
                       in enumerate(zip(_SHORT, results), 1))
     evidence = (
-        f"{tests} (test 3 beside, at the mIoU's SESOI). ViT d={r.dim}, {r.depth} layers, "
-        f"{r.heads} heads, {r.patch}x{r.patch} patches at {r.image_size} px, DINO + iBOT for "
-        f"{st.epochs[-1]} epochs on {sizes.get('imagenette_train', '?')} Imagenette images, "
-        f"{bound.n_seeds} paired seeds; both arms at DINO's published rate ({r.lr:g} per 256 "
-        f"images, batch {r.batch_size}), neither tuned. Probes: Imagenette's "
-        f"{sizes.get('imagenette_val', '?')} validation images ([CLS], 10 classes); ADE20K's "
-        f"{sizes.get('ade20k_validation', '?')} validation images (linear, 150 classes, fitted "
-        f"on {sizes.get('ade20k_fit', '?')} training images). ADE20K mIoU: all heads Laplacian "
-        f"{mean_sd(arms[_ALL]['miou'])}, none {mean_sd(arms[_BASE]['miou'])}; untrained "
-        f"{mean_sd(floors[_ALL])} and {mean_sd(floors[_BASE])}; every pixel the most frequent "
-        f"class {study.majority[0]:.3f}. Imagenette accuracy: {mean_sd(arms[_ALL]['image_acc'])} "
-        f"vs {mean_sd(arms[_BASE]['image_acc'])}. "
+        f"{tests}. Data: {study.source}. ViT d={r.dim}, {r.depth} layers, {r.heads} heads, "
+        f"{r.patch}x{r.patch} patches at {r.image_size} px, DINO + iBOT for {st.epochs[-1]} "
+        f"epochs on {sizes.get('imagenette_train', '?')} Imagenette images, {bound.n_seeds} "
+        f"paired seeds. " + _tuning_text(study) + " Probes: Imagenette's "
+        f"{sizes.get('imagenette_val', '?')} validation images ([CLS], 10 classes, fitted on "
+        f"{sizes.get('imagenette_fit', '?')} training images); ADE20K's "
+        f"{sizes.get('ade20k_validation', '?')} validation images (150 classes, fitted on "
+        f"{sizes.get('ade20k_fit', '?')} training images); the same images for every seed, "
+        f"so the intervals resample them as well as the seeds. ADE20K mIoU: all heads "
+        f"Laplacian {mean_sd(arms[_ALL]['miou'])}, none {mean_sd(arms[_BASE]['miou'])} (paper "
+        f"{PAPER_MIOU[0]:.4f} and {PAPER_MIOU[1]:.4f}; relative gain ours "
+        f"{(lap - base) / base:+.1%}, the paper's {PAPER_MIOU[0] / PAPER_MIOU[1] - 1:+.1%}); "
+        f"pixel accuracy {mean_sd(arms[_ALL]['pixel_acc'])} vs "
+        f"{mean_sd(arms[_BASE]['pixel_acc'])}; untrained {mean_sd(floors[_ALL])} and "
+        f"{mean_sd(floors[_BASE])}; every pixel the most frequent class "
+        f"{study.majority[0]:.3f}. Imagenette accuracy: {mean_sd(arms[_ALL]['image_acc'])} vs "
+        f"{mean_sd(arms[_BASE]['image_acc'])}. "
         + " ".join(g.detail[0].upper() + g.detail[1:] + "." for g in checked)
         + f" Over pre-training length, on the same {len(st.trend)} seeds: test 2 "
         + "; ".join(f"{k} {interval_text(v)}" for k, v in trend.items())
         + f" (the gap {trend_direction(trend)}); test 1 "
         + "; ".join(f"{k} {interval_text(v)}" for k, v in acc_trend.items())
-        + f" (the gap {trend_direction(acc_trend)})." + why + f" Paper: {PAPER}.")
-    gap = arms[_ALL]["miou"].mean() - arms[_BASE]["miou"].mean()
-    our = (f"ADE20K mIoU {100 * arms[_ALL]['miou'].mean():.2f} vs "
-           f"{100 * arms[_BASE]['miou'].mean():.2f} (diff {100 * gap:+.2f} points), "
-           f"Imagenette probe diff {interval_text(results[0], '+.3f')}")
+        + f" (the gap {trend_direction(acc_trend)})." + why)
+    our = (f"ADE20K mIoU {100 * lap:.2f} vs {100 * base:.2f} (diff "
+           f"{interval_text(results[1], '+.4f')}), Imagenette probe diff "
+           f"{interval_text(results[0], '+.3f')}")
+    per_seed = {rule.tests[0].statistic: [float(v) for v in differences(study, "image_acc")],
+                rule.tests[1].statistic: [float(v) for v in differences(study, "miou")]}
     return Verdict("L10", word, evidence, our_value=our,
                    paper_value="ADE20K 32.27 vs 29.81 mIoU",
                    numbers={"binding": b, "majority": list(study.majority),
+                            "lrs": dict(study.lrs),
                             "means": {s: {f: float(v.mean()) for f, v in a.items()}
                                       for s, a in arms.items()},
                             "untrained": {s: float(v.mean()) for s, v in floors.items()}},
                    rule=rule.text, n_seeds=bound.n_seeds, interval=tuple(bound.interval),
                    scale=f"{st.epochs[-1]} epochs", trend=trend, tolerance=TOLERANCE,
-                   tests=tuple(results), gates=tuple(checked),
-                   per_seed={t.statistic: [float(v) for v in values]
-                             for t, values in zip(rule.all_tests, samples)})
+                   tests=tuple(results), gates=tuple(checked), per_seed=per_seed)
 
 
 def recorded(proxy: Verdict, paper: Verdict | None) -> Verdict:
-    """The verdict the chapter records for L10: the one at the papers' data where that study
+    """The verdict the chapter records for L10: the one on the papers' data where that study
     ran (the paper profile), else the proxy's."""
     for name, v in (("proxy", proxy), ("paper", paper)):
         if v is not None and v.claim != "L10":
