@@ -61,7 +61,7 @@ def test_every_seed_runs_both_arms_at_the_longest_and_the_trend_seeds_every_leng
         # the per-image values behind the readings
         assert r.image_correct.shape == (8,) and r.image_correct.mean() == r.image_acc
         assert r.segment_counts.shape == (4, 3, NUM_CLASSES)
-        assert ds.miou_of_counts(r.segment_counts) == pytest.approx(r.miou, abs=1e-12)
+        assert segmentation.miou_of_counts(r.segment_counts) == pytest.approx(r.miou, abs=1e-12)
     assert study.items("all", "segment_counts").shape == (2, 4, 3, NUM_CLASSES)
     assert study.floor_values("all", "pixel_acc").shape == (2,)
     assert study.sizes == {"imagenette_train": 16, "imagenette_fit": 12, "imagenette_val": 8,
@@ -146,24 +146,28 @@ def test_the_rank_of_the_collapse_check_reads_the_raw_features(monkeypatch):
     assert rank < 1.1
 
 
-def test_segment_counts_rebuild_the_probe_s_mIoU_and_pixel_accuracy():
+def test_per_image_counts_rebuild_the_probe_s_mIoU_and_pixel_accuracy():
     rng = np.random.default_rng(1)
     labels = rng.integers(0, 7, (5, 16, 16)).astype(np.uint8)
     pred = rng.integers(0, 6, (5, 16, 16))
-    counts = ds.segment_counts(pred, labels)
+    counts = segmentation.image_counts(pred, labels.astype(np.int64) - 1, NUM_CLASSES)
     keep = labels > 0
     conf = segmentation.confusion_matrix(pred[keep], labels[keep].astype(np.int64) - 1,
                                          NUM_CLASSES)
-    assert ds.miou_of_counts(counts) == pytest.approx(segmentation.miou(conf), abs=1e-12)
+    assert segmentation.miou_of_counts(counts) == pytest.approx(segmentation.miou(conf), abs=1e-12)
     assert counts[:, 0].sum() / counts[:, 2].sum() == pytest.approx(
         segmentation.pixel_accuracy(conf))
     # weights: a row of ones is the plain sum; a row keeping one image is that image's mIoU
     w = np.vstack([np.ones(5), np.eye(5)[2]])
-    both = ds.miou_of_counts(counts, w)
-    assert both[0] == pytest.approx(ds.miou_of_counts(counts))
-    assert both[1] == pytest.approx(ds.miou_of_counts(counts[2:3]))
-    with pytest.raises(ValueError, match="pred: expected the labels' shape"):
-        ds.segment_counts(pred[:, :8], labels)
+    both = segmentation.miou_of_counts(counts, w)
+    assert both[0] == pytest.approx(segmentation.miou_of_counts(counts))
+    assert both[1] == pytest.approx(segmentation.miou_of_counts(counts[2:3]))
+    with pytest.raises(ValueError, match="pred: expected the target's shape"):
+        segmentation.image_counts(pred[:, :8], labels, NUM_CLASSES)
+    with pytest.raises(ValueError, match=r"pred: labels must lie in \[0, 150\)"):
+        segmentation.image_counts(pred + 200, labels, NUM_CLASSES)
+    with pytest.raises(ValueError, match="counts: no class occurs"):
+        segmentation.miou_of_counts(np.zeros((2, 3, 4), np.int32))
 
 
 def test_the_majority_floor_labels_every_pixel_with_the_most_frequent_training_class():

@@ -57,8 +57,7 @@ from ddcl_theory.runtime.rundir import RunDir
 from ddcl_theory.runtime.settings import Settings, confirmatory_seeds, nested, setting
 
 __all__ = ["SETTLE_AT", "SPLIT_SEED", "DinoStudySettings", "ProbeData", "DinoRun",
-           "TuningRun", "DinoFloor", "DinoStudy", "segment_counts", "miou_of_counts",
-           "majority_floor", "cls_probe", "run_one", "tune", "tuned_lrs", "untrained_floor",
+           "TuningRun", "DinoFloor", "DinoStudy", "majority_floor", "cls_probe", "run_one", "tune", "tuned_lrs", "untrained_floor",
            "run"]
 
 #: The share of the schedule after which the settling gate's first probe is read.
@@ -221,7 +220,8 @@ class ProbeData:
               source: str = "Imagenette (160 px), ADE20K") -> ProbeData:
         """Hold out ``settings.settle_images`` of ADE20K's ``train`` and
         ``settings.image_holdout`` of Imagenette's ``images``, each a draw seeded by
-        :data:`SPLIT_SEED`."""
+        :data:`SPLIT_SEED`, kept in drawn order (the archives are grouped by class or scene,
+        so the first held-out images are a random draw, not one class)."""
         st = settings
         if not 1 <= st.settle_images < len(train):
             raise ValueError(f"settle_images: expected 1 to {len(train) - 1} (ADE20K training "
@@ -234,13 +234,14 @@ class ProbeData:
                 raise ValueError(f"{name}: expected ({len(x)},) class ids, got "
                                  f"{np.asarray(y).shape}")
         rng = np.random.default_rng(SPLIT_SEED)
-        held = np.sort(rng.permutation(len(train))[:st.settle_images])
+        held = rng.permutation(len(train))[:st.settle_images]    # in drawn order: any
+        # first k of them (the collapse checks read the first) are a random draw
         keep = np.setdiff1d(np.arange(len(train)), held)
 
         def part(idx: np.ndarray) -> SegmentationSet:
             return SegmentationSet(train.images[idx], train.labels[idx],
                                    tuple(train.names[i] for i in idx), train.split)
-        image_held = np.sort(rng.permutation(len(images))[:st.image_holdout])
+        image_held = rng.permutation(len(images))[:st.image_holdout]
         return cls(images, np.asarray(labels), image_held, val_images, np.asarray(val_labels),
                    part(keep), part(held), test, source)
 
@@ -249,7 +250,8 @@ class ProbeData:
 class DinoRun:
     """One pre-trained ViT of ``epochs`` epochs at rate ``lr`` and its readings (see the module
     docstring); ``image_correct`` (validation images,) 0/1 and ``segment_counts`` (validation
-    images, 3, 150) the per-image values behind ``image_acc`` and ``miou``."""
+    images, 3, 150; :func:`~ddcl_theory.metrics.segmentation.image_counts`) the per-image
+    values behind ``image_acc`` and ``miou``."""
 
     setting: str
     laplacian_heads: int
@@ -350,38 +352,6 @@ def _nearest(a: np.ndarray, size: int) -> np.ndarray:
     return a[:, rows][:, :, cols]
 
 
-def segment_counts(pred: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    """(N, 3, 150) int32: per image and class, over its labelled pixels, the pixels both
-    predicted and labelled as the class, those predicted as it, and those labelled as it.
-    ``pred`` (N, S, S) classes 0..149; ``labels`` (N, S, S) ADE20K ids (0 unlabelled)."""
-    if pred.shape != labels.shape:
-        raise ValueError(f"pred: expected the labels' shape {labels.shape}, got {pred.shape}")
-    n = len(labels)
-    out = np.zeros((n, 3, NUM_CLASSES), np.int32)
-    for i in range(n):
-        lab = labels[i] > 0
-        truth = labels[i][lab].astype(np.int64) - 1
-        guess = pred[i][lab].astype(np.int64)
-        out[i, 0] = np.bincount(truth[truth == guess], minlength=NUM_CLASSES)
-        out[i, 1] = np.bincount(guess, minlength=NUM_CLASSES)
-        out[i, 2] = np.bincount(truth, minlength=NUM_CLASSES)
-    return out
-
-
-def miou_of_counts(counts: np.ndarray, weights: np.ndarray | None = None):
-    """mIoU of :func:`segment_counts` (N, 3, C) summed over the images, over the classes that
-    occur (in the labels or the predictions), as :func:`ddcl_theory.metrics.segmentation.miou`:
-    a float; with ``weights`` (B, N), each image's counts weighted by a row, (B,)."""
-    c = counts.reshape(counts.shape[0], -1).astype(np.float64)
-    total = (c.sum(0)[None] if weights is None else np.asarray(weights, float) @ c)
-    inter, predicted, labelled = np.split(total.reshape(len(total), 3, -1), 3, axis=1)
-    union = (predicted + labelled - inter)[:, 0]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        iou = np.where(union > 0, inter[:, 0] / union, np.nan)
-    out = np.nanmean(iou, axis=1)
-    return out if weights is not None else float(out[0])
-
-
 def majority_floor(fit: SegmentationSet, test: SegmentationSet) -> tuple[float, float]:
     """(mIoU, pixel accuracy) on ``test``'s labelled pixels of labelling every pixel with the
     class most frequent among ``fit``'s labelled pixels."""
@@ -427,7 +397,7 @@ def _segment(recipe: DinoRecipe, encoder: DenseViT, data: ProbeData, stats, seed
              *, test: bool) -> tuple:
     """The ADE20K probe fitted on ``data.fit``: (held-out mIoU, effective rank of the raw patch
     features of the first held-out images) and, with ``test``, its validation (mIoU, pixel
-    accuracy, :func:`segment_counts`)."""
+    accuracy, :func:`~ddcl_theory.metrics.segmentation.image_counts`)."""
     parts = [data.fit, data.settle] + ([data.test] if test else [])
     raw = [_patch_features(encoder, p.images, stats, recipe.patch, device) for p in parts]
     held = raw[1][:COLLAPSE_IMAGES]
@@ -443,7 +413,8 @@ def _segment(recipe: DinoRecipe, encoder: DenseViT, data: ProbeData, stats, seed
     grid = recipe.image_size // recipe.patch
     pred = segmentation.upsample_labels(
         ade20k_probe.predict_patches(probe, feats[2]).reshape(-1, grid, grid), recipe.patch)
-    return settle, rank, miou, pixel_acc, segment_counts(pred, data.test.labels)
+    return settle, rank, miou, pixel_acc, segmentation.image_counts(
+        pred, data.test.labels.astype(np.int64) - 1, NUM_CLASSES)
 
 
 def _settle_epoch(epochs: int) -> int:

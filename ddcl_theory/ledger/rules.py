@@ -731,9 +731,14 @@ RULES["L10"] = Rule(
 # at its own tuned rate, read by linear probes on Imagenette and ADE20K; separate runs of 25,
 # 50 and 100 epochs. Registered before any run at this scale.
 L10_PAPER_SEEDS = 26
-L10_PAPER_MIOU_WHY = ("half the paper's ADE20K gain (32.27 - 29.81 = 2.46 mIoU points), on the "
-                      "paper's probe data and model: a gain of a linear probe below half the "
-                      "reported one is not the claimed better segmentation")
+L10_PAPER_REL_SESOI = 0.041
+L10_PAPER_MIOU_WHY = ("half the paper's relative ADE20K gain (32.27 / 29.81 - 1 = 8.3%): our probe "
+                      "reads ADE20K at 160 px after pre-training on Imagenette, so its baseline "
+                      "lies below the paper's 29.81 mIoU, and a relative gain carries the "
+                      "paper's effect to that baseline; less than half of it is not the claimed "
+                      "better segmentation")
+#: The settling allowance of the relative mIoU gap: half its SESOI, as for the proxy.
+L10_PAPER_SETTLED = L10_PAPER_REL_SESOI / 2
 PAPER_RULES["L10"] = Rule(
     tests=(
         Test("Imagenette validation accuracy of a linear probe on the teacher's [CLS] token "
@@ -742,8 +747,8 @@ PAPER_RULES["L10"] = Rule(
              design="paired", method="bootstrap over seeds and items"),
         Test("ADE20K validation mIoU of a linear probe on the teacher's patch tokens (150 "
              "classes; fitted on the training images less 2,000 held out), all heads "
-             "Laplacian - none (same seed)", ">", 0.0, L10_MIOU_SESOI, L10_PAPER_MIOU_WHY,
-             design="paired", method="bootstrap over seeds and items"),
+             "Laplacian / none - 1 (same seed)", ">", 0.0, L10_PAPER_REL_SESOI,
+             L10_PAPER_MIOU_WHY, design="paired", method="bootstrap over seeds and items"),
     ),
     n_seeds=L10_PAPER_SEEDS,
     scales="pre-training epochs (separate runs of 25, 50 and 100 epochs of Imagenette, each "
@@ -756,9 +761,9 @@ PAPER_RULES["L10"] = Rule(
            "the batch mean below 0.5 nats) on held-out Imagenette training images, the raw "
            "patch features of held-out ADE20K training images of effective rank at least 2",
            f"the dense comparison settled: over the last quarter of the deciding schedule "
-           f"the paired ADE20K mIoU gap on the 2,000 held-out training images moved by at "
-           f"most {L10_SETTLED:g} on average over the seeds, or by a move that, added once "
-           f"more to test 2's interval, leaves its word as it is",
+           f"the paired relative ADE20K mIoU gap on the 2,000 held-out training images moved "
+           f"by at most {L10_PAPER_SETTLED:g} on average over the seeds (half the SESOI), or "
+           f"by a move that, added once more to test 2's interval, leaves its word as it is",
            "in each head setting the trained teacher beats the same untrained ViT on the "
            "ADE20K probe (paired 95% t interval over the seeds above 0)"),
     note="Each arm pre-trains at its own rate, tuned before the deciding runs: 2.5e-4, 5e-4 "
@@ -768,7 +773,8 @@ PAPER_RULES["L10"] = Rule(
          "Every seed is scored on the same benchmark validation splits (Imagenette's 3,925 "
          "images, ADE20K's 2,000), so each interval resamples the images as well as the "
          "seeds (a crossed bootstrap; for mIoU, of each image's per-class intersections and "
-         "unions). The recipe is DINO + iBOT on Imagenette's 9,469 images at 160 px with two "
+         "unions), and the evidence gives the part of each interval that resampling the "
+         "images alone makes, which no number of seeds can shrink. The recipe is DINO + iBOT on Imagenette's 9,469 images at 160 px with two "
          "global views (not ImageNet, not multi-crop). ADE20K pixel accuracy, the untrained "
          "ViT and the majority-class labelling are shown beside.",
 )
@@ -846,6 +852,10 @@ RULES["X2"] = Rule(
 
 def digest(claim_id: str) -> str | None:
     """16 hex digits of the sha256 of the registered rule of ``claim_id`` (its full
-    dataclass ``repr``: tests, margins, SESOIs, seeds, gates); None when it has none."""
+    dataclass ``repr``: tests, margins, SESOIs, seeds, gates), with its paper-scale rule where
+    it has one (:data:`PAPER_RULES`); None when it has none."""
     rule = RULES.get(claim_id)
-    return None if rule is None else hashlib.sha256(repr(rule).encode("utf-8")).hexdigest()[:16]
+    if rule is None:
+        return None
+    text = repr(rule) if claim_id not in PAPER_RULES else repr((rule, PAPER_RULES[claim_id]))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["confusion_matrix", "class_iou", "miou", "pixel_accuracy", "upsample_labels"]
+__all__ = ["confusion_matrix", "class_iou", "miou", "pixel_accuracy", "upsample_labels",
+           "image_counts", "miou_of_counts"]
 
 
 def confusion_matrix(pred: np.ndarray, target: np.ndarray, num_classes: int) -> np.ndarray:
@@ -58,3 +59,39 @@ def upsample_labels(labels: np.ndarray, factor: int) -> np.ndarray:
     if not isinstance(factor, int) or factor < 1:
         raise ValueError(f"factor: expected a positive int, got {factor!r}")
     return labels.repeat(factor, axis=1).repeat(factor, axis=2)
+
+
+def image_counts(pred: np.ndarray, target: np.ndarray, num_classes: int) -> np.ndarray:
+    """(N, 3, C) int32: per image and class, the pixels predicted and labelled as the class,
+    those predicted as it and those labelled as it, over the pixels whose ``target`` lies in
+    [0, C) (others, e.g. -1 for unlabelled, are left out); ``pred``, ``target`` (N, ...). Summed
+    over the images they are a confusion matrix's diagonal, column and row sums, so
+    :func:`miou_of_counts` can reweight images (a bootstrap over them)."""
+    pred, target = np.asarray(pred), np.asarray(target)
+    if pred.shape != target.shape:
+        raise ValueError(f"pred: expected the target's shape {target.shape}, got {pred.shape}")
+    out = np.zeros((len(target), 3, num_classes), np.int32)
+    for i in range(len(target)):
+        keep = (target[i] >= 0) & (target[i] < num_classes)
+        truth, guess = target[i][keep].astype(np.int64), pred[i][keep].astype(np.int64)
+        if guess.size and (guess.min() < 0 or guess.max() >= num_classes):
+            raise ValueError(f"pred: labels must lie in [0, {num_classes})")
+        out[i, 0] = np.bincount(truth[truth == guess], minlength=num_classes)
+        out[i, 1] = np.bincount(guess, minlength=num_classes)
+        out[i, 2] = np.bincount(truth, minlength=num_classes)
+    return out
+
+
+def miou_of_counts(counts: np.ndarray, weights: np.ndarray | None = None):
+    """:func:`miou` of :func:`image_counts` (N, 3, C) summed over the images: a float; with
+    ``weights`` (B, N), each image's counts weighted by a row: (B,)."""
+    c = np.asarray(counts).reshape(len(counts), -1).astype(np.float64)
+    total = c.sum(0)[None] if weights is None else np.asarray(weights, float) @ c
+    inter, predicted, labelled = (total.reshape(len(total), 3, -1)[:, k] for k in range(3))
+    union = predicted + labelled - inter
+    with np.errstate(invalid="ignore", divide="ignore"):
+        iou = np.where(union > 0, inter / union, np.nan)
+    if np.any(np.all(np.isnan(iou), axis=1)):
+        raise ValueError("counts: no class occurs")
+    out = np.nanmean(iou, axis=1)
+    return out if weights is not None else float(out[0])
