@@ -732,11 +732,11 @@ RULES["L10"] = Rule(
 # 50 and 100 epochs. Registered before any run at this scale.
 L10_PAPER_SEEDS = 26
 L10_PAPER_REL_SESOI = 0.041
-L10_PAPER_MIOU_WHY = ("half the paper's relative ADE20K gain (32.27 / 29.81 - 1 = 8.3%): our probe "
-                      "reads ADE20K at 160 px after pre-training on Imagenette, so its baseline "
-                      "lies below the paper's 29.81 mIoU, and a relative gain carries the "
-                      "paper's effect to that baseline; less than half of it is not the claimed "
-                      "better segmentation")
+L10_PAPER_MIOU_WHY = ("half the paper's relative ADE20K gain (32.27 / 29.81 - 1 = 8.3%): our "
+                      "probe reads ADE20K at 160 px after pre-training on Imagenette, so its "
+                      "baseline lies below the paper's 29.81 mIoU, and a relative gain carries "
+                      "the paper's effect to that baseline; less than half of it is not the "
+                      "claimed better segmentation")
 #: The settling allowance of the relative mIoU gap: half its SESOI, as for the proxy.
 L10_PAPER_SETTLED = L10_PAPER_REL_SESOI / 2
 PAPER_RULES["L10"] = Rule(
@@ -774,7 +774,8 @@ PAPER_RULES["L10"] = Rule(
          "images, ADE20K's 2,000), so each interval resamples the images as well as the "
          "seeds (a crossed bootstrap; for mIoU, of each image's per-class intersections and "
          "unions), and the evidence gives the part of each interval that resampling the "
-         "images alone makes, which no number of seeds can shrink. The recipe is DINO + iBOT on Imagenette's 9,469 images at 160 px with two "
+         "images alone makes, which no number of seeds can shrink. The recipe is DINO + "
+         "iBOT on Imagenette's 9,469 images at 160 px with two "
          "global views (not ImageNet, not multi-crop). ADE20K pixel accuracy, the untrained "
          "ViT and the majority-class labelling are shown beside.",
 )
