@@ -262,3 +262,31 @@ def test_the_paper_study_is_the_rule_s_seeds_on_fresh_seeds_with_a_three_length_
                                 "6 heads, 16x16 patches at 160 px on every Imagenette training "
                                 "image (6,400 epochs in all): 26 seeds at 100 epochs, the "
                                 "first 4 also at 25, 50")
+
+
+def test_the_figures_typed_in_the_chapter_and_the_paper_rule_are_the_code_s(monkeypatch):
+    """The chapter's and the paper rule's hand-typed sizes follow from the data modules'
+    split sizes and the paper settings."""
+    from pathlib import Path
+
+    from ddcl_theory.data.ade20k import SPLIT_SIZES as ADE20K
+    from ddcl_theory.data.imagenette import SPLIT_SIZES as IMAGENETTE
+    from ddcl_theory.ledger.rules import PAPER_RULES
+    monkeypatch.setenv(profile.PROFILE_ENV, "paper")
+    st = ds.DinoStudySettings.from_profile()
+    r = st.recipe
+    chapter = " ".join((Path(__file__).parents[1] / "notebooks" / "dense_features.md")
+                       .read_text().split())
+    rule = " ".join(PAPER_RULES["L10"].text.split())
+    grid = r.image_size // r.patch
+    assert f"Imagenette's {IMAGENETTE['train']:,} images at {r.image_size} px" in chapter
+    assert f"for {st.epochs[-1]} epochs" in chapter and f"a {grid}x{grid} grid" in chapter
+    assert f"Imagenette's {IMAGENETTE['train']:,} images at {r.image_size} px" in rule
+    assert (f"Imagenette's {IMAGENETTE['val']:,} images, ADE20K's "
+            f"{ADE20K['validation']:,}") in rule
+    assert f"less {st.image_holdout:,} held out" in rule
+    assert f"less {st.settle_images:,} held out" in rule
+    assert f"on the {st.settle_images:,} held-out training images" in rule
+    assert st.tune_lrs == (2.5e-4, 5e-4, 1e-3) and r.lr == 5e-4          # DINO's published
+    assert "2.5e-4, 5e-4 (DINO's published rate) and 1e-3 per 256" in rule
+    assert f"tuning seed {st.tune_seeds[0]}" in rule and f"{st.epochs[-1]}-epoch run" in rule
